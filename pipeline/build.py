@@ -1,0 +1,462 @@
+"""Orchestration: ingest -> stages -> assemble -> publish.
+
+One build turns the configured sources into ``corpora/<VERSION>/``:
+
+1. **ingest** (per input file, in parallel): read records, give each a stable
+   id, quarantine what cannot be read, write partitions of at most
+   ``ingest.partition_max_docs`` documents.
+2. **stages** in ``stages.STAGES`` order: ``fit`` once in the driver, then
+   ``process`` per partition on the executor. Each stage's outputs live in
+   ``corpora/.work/<VERSION>/<stage>/`` under a fingerprint (stage config,
+   upstream fingerprint, seed, code version); a re-run skips finished
+   partitions and finished stages.
+3. **assemble**: order the sampled documents, pack ``seq_length + 1`` windows,
+   shuffle samples globally by seed, write MindRecord shards, the lineage
+   table, the kept documents, the dropped-document decisions, the tokenizer,
+   the resolved config and ``manifest.json`` into ``corpora/.tmp-<VERSION>/``.
+4. **publish**: rename the temporary directory to ``corpora/<VERSION>/``.
+   An existing version is never overwritten (:class:`VersionExistsError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import resource
+import shutil
+import socket
+import time
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+import pipeline
+from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
+from pipeline.executor import (LocalExecutor, process_partition, write_json_atomic,
+                               write_table_atomic)
+from pipeline.manifest import MANIFEST, MANIFEST_FORMAT, code_commit, sha256_file
+from pipeline.readers import Quarantined, display_path, read_file, resolve_paths
+from stages import STAGES, stage_class
+from stages.base import KEEP, REASON, Partitions, StageContext
+
+DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
+STATE = "_STATE.json"
+TOOLS_DIR = REPO_ROOT / "tools" / "bin"
+
+
+class VersionExistsError(FileExistsError):
+    """The version directory already exists; versions are immutable."""
+
+
+class BuildError(RuntimeError):
+    """The build cannot go on; the message says why."""
+
+
+@dataclasses.dataclass
+class BuildResult:
+    version_dir: Path
+    manifest: dict[str, Any]
+
+
+def _fingerprint(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _read_state(out_dir: Path) -> dict[str, Any]:
+    path = out_dir / STATE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _peak_rss_mb() -> dict[str, float]:
+    # ru_maxrss is in KiB on Linux.
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"driver_mb": round(own, 1), "largest_worker_mb": round(kids, 1)}
+
+
+# --------------------------------------------------------------------------- ingest
+
+def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
+    """Read one input file into partitions (run on a worker).
+
+    Args:
+        task: ``source``, ``path``, ``file`` (display path), ``format``,
+            ``text_field``, ``text_unit``, ``lang``, ``max_bytes``,
+            ``partition_max_docs``, ``out_dir``, ``index`` (file number).
+
+    Returns:
+        ``{"parts": [...], "documents": n, "quarantine": [entries]}``; also
+        written to ``file-<index>.json`` as the file's completion marker.
+    """
+    out_dir = Path(task["out_dir"])
+    marker = out_dir / f"file-{task['index']:05d}.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    source, file = task["source"], task["file"]
+    parts: list[str] = []
+    quarantine: list[dict[str, Any]] = []
+    rows: list = []
+    n_docs = 0
+
+    def flush():
+        if not rows:
+            return
+        path = out_dir / f"part-{task['index']:05d}-{len(parts):05d}.parquet"
+        lines = [r.line for r in rows]
+        texts = [r.text for r in rows]
+        table = pa.table({
+            "id": [f"{source}:{file}:{line}" for line in lines],
+            "source": [source] * len(rows),
+            "file": [file] * len(rows),
+            "line": pa.array(lines, pa.int64()),
+            "text": texts,
+            "meta": [r.meta for r in rows],
+            "lang_hint": pa.array([task["lang"]] * len(rows), pa.string()),
+            "chars": pa.array([len(t) for t in texts], pa.int64()),
+            KEEP: pa.array([True] * len(rows)),
+            REASON: pa.array([None] * len(rows), pa.string()),
+        })
+        write_table_atomic(table, path)
+        parts.append(path.name)
+        rows.clear()
+
+    for item in read_file(Path(task["path"]), file, task["format"], task["text_field"],
+                          task["text_unit"], task["max_bytes"]):
+        if isinstance(item, Quarantined):
+            quarantine.append({"source": source, **dataclasses.asdict(item)})
+            continue
+        rows.append(item)
+        n_docs += 1
+        if len(rows) >= task["partition_max_docs"]:
+            flush()
+    flush()
+    result = {"parts": parts, "documents": n_docs, "quarantine": quarantine}
+    write_json_atomic(result, marker)
+    return result
+
+
+# --------------------------------------------------------------------------- stages
+
+def _counts(parts: list[Path]) -> dict[str, Any]:
+    """Per source: documents and characters in, kept, dropped by reason."""
+    per_source: dict[str, dict[str, Any]] = {}
+    for path in parts:
+        t = pq.read_table(path, columns=["source", "chars", KEEP, REASON])
+        for src, chars, keep, reason in zip(t["source"].to_pylist(), t["chars"].to_pylist(),
+                                            t[KEEP].to_pylist(), t[REASON].to_pylist()):
+            s = per_source.setdefault(src, {"documents_in": 0, "chars_in": 0, "kept": 0,
+                                            "kept_chars": 0, "dropped": {}})
+            s["documents_in"] += 1
+            s["chars_in"] += chars
+            if keep:
+                s["kept"] += 1
+                s["kept_chars"] += chars
+            else:
+                s["dropped"][reason] = s["dropped"].get(reason, 0) + 1
+    return dict(sorted(per_source.items()))
+
+
+def _totals(per_source: dict[str, Any]) -> dict[str, Any]:
+    tot = {"documents_in": 0, "chars_in": 0, "kept": 0, "kept_chars": 0, "dropped": Counter()}
+    for s in per_source.values():
+        for k in ("documents_in", "chars_in", "kept", "kept_chars"):
+            tot[k] += s[k]
+        tot["dropped"].update(s["dropped"])
+    tot["dropped"] = dict(sorted(tot["dropped"].items()))
+    return tot
+
+
+def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, seed: int,
+              executor: LocalExecutor, log) -> tuple[list[Path], str, dict[str, Any]]:
+    """Fit and run one stage over all partitions, resuming where a previous
+    run stopped. Returns (output partitions, fingerprint, stage report)."""
+    stage_cfg = getattr(cfg, name)
+    config_json = stage_cfg.model_dump_json()
+    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__)
+    out_dir = work / name
+    state = _read_state(out_dir)
+    if state.get("fingerprint") != fp and out_dir.exists():
+        shutil.rmtree(out_dir)
+        state = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs = [out_dir / p.name for p in in_parts]
+    if state.get("done"):
+        log(f"[{name}] done in an earlier run (fingerprint {fp}), reused")
+        return outputs, fp, state["report"]
+    ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache",
+                       seed=seed, tools_dir=TOOLS_DIR)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if "fit" not in state:
+        stage = stage_class(name)(stage_cfg, ctx)
+        state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
+                 "fit_seconds": round(time.perf_counter() - t0, 2)}
+        write_json_atomic(state, out_dir / STATE)
+    todo = [(name, config_json, ctx, str(i), str(o)) for i, o in zip(in_parts, outputs) if not o.exists()]
+    t1 = time.perf_counter()
+    executor.map(process_partition, todo)
+    per_source = _counts(outputs)
+    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"],
+              "seconds": {"fit": state["fit_seconds"], "process": round(time.perf_counter() - t1, 2)}}
+    state.update(done=True, report=report)
+    write_json_atomic(state, out_dir / STATE)
+    tot = report["totals"]
+    log(f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
+        f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)")
+    return outputs, fp, report
+
+
+# --------------------------------------------------------------------------- assemble
+
+def _final_documents(parts: list[Path]) -> pa.Table:
+    tables = [pq.read_table(p) for p in parts]
+    table = pa.concat_tables(tables, promote_options="default") if tables else None
+    if table is None or table.num_rows == 0:
+        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
+    table = table.filter(pc.equal(table[KEEP], True))
+    if table.num_rows == 0:
+        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
+    return table.sort_by("id")
+
+
+def _decisions(stage_outputs: dict[str, list[Path]]) -> pa.Table:
+    """Every dropped document: which stage dropped it and why."""
+    tables = []
+    for name, parts in stage_outputs.items():
+        for path in parts:
+            t = pq.read_table(path, columns=["id", "source", "file", "line", "chars", KEEP, REASON])
+            t = t.filter(pc.invert(t[KEEP])).drop_columns([KEEP])
+            tables.append(t.append_column("stage", pa.array([name] * t.num_rows, pa.string())))
+    return pa.concat_tables(tables).sort_by("id")
+
+
+def assemble(cfg, docs: pa.Table, tmp: Path, log) -> dict[str, Any]:
+    """Pack, shuffle and write the version's samples, lineage and documents."""
+    from pipeline.writer import write_shards
+    from stages.packing import document_order, pack, shuffle_samples
+
+    seq_length = cfg.output.seq_length
+    ids = docs["id"].to_pylist()
+    token_lists = docs["tokenize_input_ids"]
+    token_arrays = [np.asarray(token_lists[i].values, dtype=np.int32) for i in range(len(ids))]
+    repeats = np.asarray(docs["mixture_repeats"].to_pylist(), dtype=np.int64)
+    order = document_order(ids, repeats, cfg.seed)
+    samples, segments = pack(token_arrays, order, seq_length)
+    if samples.shape[0] == 0:
+        raise BuildError(f"the sampled documents hold fewer than seq_length + 1 = {seq_length + 1} "
+                         "tokens: no sample can be packed (lower output.seq_length or add data)")
+    perm = shuffle_samples(samples.shape[0], cfg.seed)
+    samples = samples[perm]
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(perm.shape[0])
+
+    shards = write_shards(samples, tmp, prefix="corpus", max_shard_bytes=cfg.output.max_shard_bytes)
+
+    doc_index = segments["doc_index"].to_numpy()
+    take = pa.array(doc_index)
+    lineage = pa.table({
+        "sample_index": pa.array(inverse[segments["sample_index"].to_numpy()], pa.int64()),
+        "doc_id": docs["id"].take(take),
+        "source": docs["source"].take(take),
+        "file": docs["file"].take(take),
+        "line": docs["line"].take(take),
+        "repeat": segments["repeat"],
+        "doc_token_start": segments["doc_token_start"],
+        "doc_token_end": segments["doc_token_end"],
+        "sample_token_start": segments["sample_token_start"],
+        "sample_token_end": segments["sample_token_end"],
+    }).sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
+    seg_no = np.zeros(lineage.num_rows, dtype=np.int32)
+    si = lineage["sample_index"].to_numpy()
+    if len(si):
+        starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1]
+        seg_no = (np.arange(len(si)) - np.repeat(starts, np.diff(np.r_[starts, len(si)]))).astype(np.int32)
+    lineage = lineage.add_column(1, "segment", pa.array(seg_no))
+    pq.write_table(lineage, tmp / "lineage.parquet", compression="zstd", row_group_size=1 << 16)
+
+    keep_cols = [c for c in docs.column_names if c not in ("tokenize_input_ids", KEEP, REASON)]
+    pq.write_table(docs.select(keep_cols), tmp / "documents.parquet", compression="zstd")
+
+    total_tokens = int(sum(len(a) * int(r) for a, r in zip(token_arrays, repeats)))
+    packed = int(samples.shape[0]) * (seq_length + 1)
+    log(f"[assemble] {samples.shape[0]} samples of {seq_length + 1} tokens in {len(shards)} shard(s)")
+    return {
+        "seq_length": seq_length,
+        "num_samples": int(samples.shape[0]),
+        "num_tokens": packed,
+        "packing": {"method": "concat_split", "document_copies": int(order.shape[0]),
+                    "tokens_sampled": total_tokens, "tokens_packed": packed,
+                    "tokens_dropped_tail": total_tokens - packed},
+        "shards": shards,
+    }
+
+
+# --------------------------------------------------------------------------- build
+
+def _inputs(cfg, base: Path) -> list[dict[str, Any]]:
+    seen: dict[Path, str] = {}
+    out = []
+    for source, scfg in cfg.sources.items():
+        for path in resolve_paths(scfg.paths, base):
+            if path in seen:
+                raise ConfigError(f"sources.{source}.paths: {path} is also an input of source {seen[path]!r}")
+            seen[path] = source
+            out.append({"source": source, "path": str(path), "file": display_path(path, base),
+                        "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+    return out
+
+
+def build(version: str, config_path: Path | None = None, corpora_root: Path | None = None,
+          num_workers: int | None = None, log=print) -> BuildResult:
+    """Build ``<corpora_root>/<version>`` from a config.
+
+    Args:
+        version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
+        config_path: the config file; default ``configs/<version>.yaml`` if it
+            exists, else ``configs/default.yaml``.
+        corpora_root: where versions live; default the config's ``corpora_dir``
+            relative to the repo root.
+        num_workers: override ``executor.num_workers``.
+        log: a ``print``-like function for progress lines.
+
+    Returns:
+        The published version directory and its manifest.
+
+    Raises:
+        ConfigError: invalid config (nothing was done).
+        VersionExistsError: the version already exists (nothing was done).
+        BuildError: the inputs leave nothing to write.
+    """
+    if not version or not all(ch.isalnum() or ch in "._-" for ch in version) or version.startswith("."):
+        raise ConfigError(f"version {version!r}: use letters, digits, '.', '_' or '-'")
+    t_start = time.perf_counter()
+    config_path = Path(config_path) if config_path else config_path_for(version)
+    cfg = load_config(config_path)
+    base = config_path.resolve().parent.parent if config_path.resolve().parent.name == "configs" else REPO_ROOT
+    root = Path(corpora_root) if corpora_root else (base / cfg.corpora_dir)
+    final = root / version
+    if final.exists():
+        raise VersionExistsError(f"{final} already exists: published versions are never overwritten "
+                                 "(choose a new VERSION, or remove that directory yourself)")
+    inputs = _inputs(cfg, base)
+    work = root / ".work" / version
+    tmp = root / f".tmp-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"building {version} from {config_path} ({len(inputs)} input files) in {work}")
+
+    workers = num_workers or cfg.executor.num_workers
+    timings: dict[str, float] = {}
+    with LocalExecutor(workers) as executor:
+        # ingest
+        t0 = time.perf_counter()
+        ingest_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
+                                 [(i["source"], i["file"], i["sha256"]) for i in inputs], pipeline.__version__)
+        ingest_dir = work / "ingest"
+        if _read_state(ingest_dir).get("fingerprint") != ingest_fp and ingest_dir.exists():
+            shutil.rmtree(ingest_dir)
+        ingest_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic({"fingerprint": ingest_fp}, ingest_dir / STATE)
+        tasks = []
+        for index, inp in enumerate(inputs):
+            scfg = cfg.sources[inp["source"]]
+            tasks.append({"source": inp["source"], "path": inp["path"], "file": inp["file"],
+                          "format": scfg.format, "text_field": scfg.text_field, "text_unit": scfg.text_unit,
+                          "lang": scfg.lang, "max_bytes": cfg.ingest.max_record_bytes,
+                          "partition_max_docs": cfg.ingest.partition_max_docs,
+                          "out_dir": str(ingest_dir), "index": index})
+        results = executor.map(ingest_file, tasks)
+        parts = [ingest_dir / p for r in results for p in r["parts"]]
+        quarantine = [q for r in results for q in r["quarantine"]]
+        ingest_counts = _counts(parts)
+        timings["ingest"] = round(time.perf_counter() - t0, 2)
+        log(f"[ingest] {sum(r['documents'] for r in results)} documents in {len(parts)} partitions, "
+            f"{len(quarantine)} quarantined ({timings['ingest']:.1f} s)")
+
+        upstream = ingest_fp
+        stage_reports: dict[str, Any] = {}
+        stage_outputs: dict[str, list[Path]] = {}
+        for name in STAGES:
+            if not getattr(cfg, name).enabled:
+                log(f"[{name}] disabled in the config")
+                continue
+            t0 = time.perf_counter()
+            parts, upstream, report = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor, log)
+            stage_reports[name] = report
+            stage_outputs[name] = parts
+            timings[name] = round(time.perf_counter() - t0, 2)
+
+    # assemble
+    t0 = time.perf_counter()
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    docs = _final_documents(parts)
+    out = assemble(cfg, docs, tmp, log)
+    decisions = _decisions(stage_outputs)
+    pq.write_table(decisions, tmp / "decisions.parquet", compression="zstd")
+    with open(tmp / "quarantine.jsonl", "w", encoding="utf-8") as fh:
+        for q in quarantine:
+            fh.write(json.dumps(q, ensure_ascii=False, sort_keys=True) + "\n")
+    shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / "tokenizer.json")
+    (tmp / "config.yaml").write_text(yaml.safe_dump(config_dict(cfg), sort_keys=True, allow_unicode=True),
+                                     encoding="utf-8")
+    timings["assemble"] = round(time.perf_counter() - t0, 2)
+
+    # accounting: documents in = kept + dropped (by reason) + quarantined
+    n_in = sum(ingest_counts[s]["documents_in"] for s in ingest_counts) + len(quarantine)
+    dropped = Counter()
+    for rep in stage_reports.values():
+        dropped.update(rep["totals"]["dropped"])
+    n_kept = docs.num_rows
+    accounting = {"documents_in": n_in, "kept": n_kept, "dropped": sum(dropped.values()),
+                  "quarantined": len(quarantine), "dropped_by_reason": dict(sorted(dropped.items()))}
+    if n_in != n_kept + accounting["dropped"] + accounting["quarantined"]:
+        raise BuildError(f"accounting does not add up: {accounting}")
+
+    files = {name: sha256_file(tmp / name) for name in
+             ("tokenizer.json", "lineage.parquet", "documents.parquet", "decisions.parquet",
+              "quarantine.jsonl", "config.yaml")}
+    tok = stage_reports["tokenize"]["fit"]
+    manifest = {
+        "manifest_format": MANIFEST_FORMAT,
+        "version": version,
+        "code_commit": code_commit(REPO_ROOT),
+        "config_hash": config_hash(cfg),
+        "seed": cfg.seed,
+        "inputs": [{k: i[k] for k in ("source", "file", "bytes", "sha256")} for i in inputs],
+        "quarantine": dict(sorted(Counter(q["reason"] for q in quarantine).items())),
+        "ingest": {"per_source": ingest_counts, "partitions": len(parts)},
+        "stages": stage_reports,
+        "accounting": accounting,
+        "tokenizer": {"file": "tokenizer.json", **tok},
+        "mixture": stage_reports["mixture"]["fit"],
+        **out,
+        "files": files,
+    }
+    manifest["run"] = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config_file": str(config_path),
+        "wall_seconds": round(time.perf_counter() - t_start, 2),
+        "stage_seconds": timings,
+        "peak_rss": _peak_rss_mb(),
+        "host": socket.gethostname(),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "num_workers": workers,
+    }
+    write_json_atomic(manifest, tmp / MANIFEST)
+    if final.exists():
+        raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}")
+    os.replace(tmp, final)
+    log(f"published {final}")
+    return BuildResult(final, manifest)

@@ -1,0 +1,206 @@
+"""The build config: typed, validated when loaded, hashed for the manifest.
+
+A build reads ``configs/<VERSION>.yaml`` when it exists, else
+``configs/default.yaml``. Every section is a pydantic model with
+``extra="forbid"``: an unknown key or a wrong type stops the run before any
+work with :class:`ConfigError`, whose message is one line per problem naming
+the key (``dedup.num_bands: Input should be a valid integer``).
+Each stage's section is the ``Config`` class next to the stage
+(``stages/<name>.py``), so a stage's options are documented where they are used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+
+from stages import STAGES, stage_class
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "configs"
+
+
+class ConfigError(ValueError):
+    """The config cannot be used; the message names each bad key on one line."""
+
+
+class _Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceConfig(_Strict):
+    """One named input source (e.g. ``web``, ``books``, ``code``).
+
+    Attributes:
+        paths: files or glob patterns (``**`` allowed), relative to the
+            directory that holds ``configs/`` (the repo root) unless absolute.
+        format: ``auto`` picks by extension: ``.parquet`` is Parquet;
+            ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``) is
+            JSONL; anything else is plain text.
+        text_field: JSON key or Parquet column holding the document text.
+        text_unit: for plain text, ``file`` (one document per file) or
+            ``line`` (one document per non-empty line).
+        lang: a language the source declares (e.g. ``code``); such documents
+            skip language ID and use that language's rule preset.
+    """
+
+    paths: list[str] = pydantic.Field(min_length=1)
+    format: Literal["auto", "jsonl", "parquet", "text"] = "auto"
+    text_field: str = "text"
+    text_unit: Literal["file", "line"] = "file"
+    lang: str | None = None
+
+
+class ExecutorConfig(_Strict):
+    """Where per-partition work runs.
+
+    Attributes:
+        kind: ``local`` (a process pool on this machine).
+        num_workers: worker processes; 1 runs everything in the driver.
+    """
+
+    kind: Literal["local"] = "local"
+    num_workers: int = pydantic.Field(2, ge=1, le=1024)
+
+
+class IngestConfig(_Strict):
+    """Reading inputs into partitions.
+
+    Attributes:
+        partition_max_docs: documents per partition (the unit of parallel work
+            and of resume). 2,000 keeps a partition of web-sized documents at a
+            few MB of Parquet.
+        max_record_bytes: a JSONL line or text document larger than this is
+            quarantined (``read.record_too_large``) instead of loaded.
+    """
+
+    partition_max_docs: int = pydantic.Field(2000, ge=1)
+    max_record_bytes: int = pydantic.Field(64 * 1024 * 1024, ge=1024)
+
+
+class OutputConfig(_Strict):
+    """The MindRecord output.
+
+    Attributes:
+        seq_length: tokens the model sees per sample; each row holds
+            ``seq_length + 1`` int32 ids (inputs ``[:-1]``, labels ``[1:]``,
+            the mindformers convention).
+        max_shard_bytes: a shard file is closed when its raw int32 payload
+            reaches this size (256 MiB: few files for a small corpus, enough
+            files for parallel reads of a large one).
+    """
+
+    seq_length: int = pydantic.Field(2048, ge=8)
+    max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
+
+
+def _stage_fields() -> dict[str, Any]:
+    return {name: (stage_class(name).Config, pydantic.Field(default_factory=stage_class(name).Config))
+            for name in STAGES}
+
+
+class _BuildBase(_Strict):
+    seed: int = 1234
+    corpora_dir: str = "corpora"
+    sources: dict[str, SourceConfig] = pydantic.Field(min_length=1)
+    executor: ExecutorConfig = pydantic.Field(default_factory=ExecutorConfig)
+    ingest: IngestConfig = pydantic.Field(default_factory=IngestConfig)
+    output: OutputConfig = pydantic.Field(default_factory=OutputConfig)
+
+
+_BuildConfigModel = None
+
+
+def _model():
+    global _BuildConfigModel
+    if _BuildConfigModel is None:
+        _BuildConfigModel = pydantic.create_model(
+            "BuildConfig", __base__=_BuildBase, **_stage_fields())
+    return _BuildConfigModel
+
+
+def _cross_checks(cfg) -> list[str]:
+    errors = []
+    names = set(cfg.sources)
+    for src in cfg.mixture.weights:
+        if src not in names:
+            errors.append(f"mixture.weights.{src}: not a configured source (sources: {', '.join(sorted(names))})")
+    if cfg.mixture.token_budget is not None:
+        missing = names - set(cfg.mixture.weights)
+        if missing:
+            errors.append(f"mixture.weights: no weight for source(s) {', '.join(sorted(missing))} "
+                          "(a token budget needs a weight for every source)")
+    ref = cfg.perplexity.reference_source
+    if cfg.perplexity.enabled and ref not in names:
+        errors.append(f"perplexity.reference_source: {ref!r} is not a configured source")
+    return errors
+
+
+def _format_errors(exc: pydantic.ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown key")
+        elif err["type"] == "missing":
+            lines.append(f"{key}: required key is missing")
+        else:
+            lines.append(f"{key}: {err['msg']} (got {err.get('input')!r:.60})")
+    return lines
+
+
+def parse_config(data: dict[str, Any], origin: str = "<config>"):
+    """Validate a config mapping.
+
+    Returns:
+        The typed, frozen ``BuildConfig``.
+
+    Raises:
+        ConfigError: one line per problem, each naming its key.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the config must be a mapping, not {type(data).__name__}")
+    try:
+        cfg = _model().model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError("\n".join(f"{origin}: {line}" for line in _format_errors(exc))) from None
+    errors = _cross_checks(cfg)
+    if errors:
+        raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
+    return cfg
+
+
+def config_path_for(version: str, config_dir: Path = CONFIG_DIR) -> Path:
+    """``configs/<version>.yaml`` if it exists, else ``configs/default.yaml``."""
+    own = config_dir / f"{version}.yaml"
+    return own if own.exists() else config_dir / "default.yaml"
+
+
+def load_config(path: Path):
+    """Read and validate a YAML config file (see :func:`parse_config`).
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML, unknown key, wrong type.
+    """
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    return parse_config(data or {}, origin=str(path))
+
+
+def config_dict(cfg) -> dict[str, Any]:
+    """The resolved config (every default filled in) as plain JSON-able data."""
+    return cfg.model_dump(mode="json")
+
+
+def config_hash(cfg) -> str:
+    """sha256 of the resolved config in canonical JSON (sorted keys)."""
+    return hashlib.sha256(json.dumps(config_dict(cfg), sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,301 @@
+"""Input readers: JSONL (plain, ``.gz``, ``.zst``), Parquet and plain text.
+
+Every record becomes a document with a stable id ``"<source>:<file>:<line>"``
+(``file`` as resolved from the config, relative to the repo root when inside
+it; ``line`` the 1-based line of the record in the decompressed JSONL or text
+file, or the 1-based row of a Parquet file). The id survives every stage and
+is the key for dedup, lineage and reports.
+
+A record that cannot be read is never dropped silently: it becomes a
+:class:`Quarantined` entry with file, line, byte offset and a reason code
+(``read.invalid_utf8``, ``read.invalid_json``, ``read.not_object``,
+``read.missing_text``, ``read.text_not_string``, ``read.empty_text``,
+``read.lone_surrogate``, ``read.record_too_large``, ``read.truncated_file``,
+``read.unreadable_file``), and is counted in the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import zstandard
+
+READ_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass
+class Record:
+    """One document as read: ``line`` is 1-based (row for Parquet)."""
+
+    line: int
+    text: str
+    meta: str
+
+
+@dataclasses.dataclass
+class Quarantined:
+    """One input record that could not become a document."""
+
+    file: str
+    line: int
+    byte_offset: int
+    reason: str
+    detail: str
+
+
+def resolve_paths(patterns: list[str], base: Path) -> list[Path]:
+    """Expand files and globs (``**`` allowed) relative to ``base``; sorted, unique.
+
+    Raises:
+        FileNotFoundError: a pattern matches no file (named in the message).
+    """
+    out: set[Path] = set()
+    for pattern in patterns:
+        full = pattern if Path(pattern).is_absolute() else str(base / pattern)
+        matches = [Path(p) for p in glob.glob(full, recursive=True) if Path(p).is_file()]
+        if not matches:
+            raise FileNotFoundError(f"input pattern {pattern!r} matches no file (looked in {base})")
+        out.update(matches)
+    return sorted(out)
+
+
+def display_path(path: Path, base: Path) -> str:
+    """The path as recorded in ids: relative to ``base`` when inside it."""
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+def detect_format(path: Path) -> str:
+    """``jsonl``, ``parquet`` or ``text`` from the file name."""
+    name = path.name.lower()
+    for comp in (".gz", ".zst"):
+        if name.endswith(comp):
+            name = name[: -len(comp)]
+    if name.endswith(".parquet"):
+        return "parquet"
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    return "text"
+
+
+class TruncatedInput(Exception):
+    """A compressed input ended before its end-of-stream marker."""
+
+
+def _open_binary(path: Path) -> io.BufferedIOBase:
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".zst"):
+        return _ZstdStrict(path)
+    return open(path, "rb")
+
+
+class _ZstdStrict(io.RawIOBase):
+    """Multi-frame zstd reader that raises :class:`TruncatedInput` when the
+    last frame is incomplete (``stream_reader`` returns partial data silently,
+    see shared/notes/dependencies.md)."""
+
+    def __init__(self, path: Path):
+        self._fh = open(path, "rb")
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._pending = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self._pending and not self._eof:
+            chunk = self._fh.read(READ_CHUNK)
+            if not chunk:
+                self._eof = True
+                if not self._obj.eof and self._started:
+                    raise TruncatedInput("zstd stream ends inside a frame")
+                break
+            self._started = True
+            out = []
+            while chunk:
+                out.append(self._obj.decompress(chunk))
+                if self._obj.eof:
+                    chunk = self._obj.unused_data
+                    self._obj = self._dctx.decompressobj()
+                    self._started = bool(chunk)
+                else:
+                    chunk = b""
+            self._pending = b"".join(out)
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    _started = False
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
+def _lines(stream, max_bytes: int) -> Iterator[tuple[int, int, bytes | None]]:
+    """Yield (line number, byte offset, raw line without ``\\n``/``\\r\\n``).
+
+    Only ``\\n`` separates records (Unicode line and paragraph separators inside
+    strings do not). A line longer than ``max_bytes`` is skipped in bounded
+    memory and yielded as ``None``.
+    """
+    offset = 0
+    lineno = 0
+    buf = io.BufferedReader(stream, READ_CHUNK) if not isinstance(stream, io.BufferedIOBase) else stream
+    while True:
+        raw = buf.readline(max_bytes + 1)
+        if not raw:
+            return
+        lineno += 1
+        start = offset
+        offset += len(raw)
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            # Too long: consume the rest of the line without keeping it.
+            while raw and not raw.endswith(b"\n"):
+                raw = buf.readline(READ_CHUNK)
+                offset += len(raw)
+            yield lineno, start, None
+            continue
+        yield lineno, start, raw.rstrip(b"\n").rstrip(b"\r")
+
+
+def _check_text(text, file: str, line: int, offset: int) -> tuple[str | None, Quarantined | None]:
+    if text is None:
+        return None, Quarantined(file, line, offset, "read.missing_text", "no text field")
+    if not isinstance(text, str):
+        return None, Quarantined(file, line, offset, "read.text_not_string", type(text).__name__)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, Quarantined(file, line, offset, "read.lone_surrogate", "text holds a lone surrogate")
+    if not text.strip():
+        return None, Quarantined(file, line, offset, "read.empty_text", repr(text[:20]))
+    return text, None
+
+
+def read_jsonl(path: Path, file: str, text_field: str, max_bytes: int) -> Iterator[Record | Quarantined]:
+    """Records of a JSONL file (plain, ``.gz`` or ``.zst``); see module doc."""
+    with _open_binary(path) as stream:
+        for lineno, offset, raw in _lines(stream, max_bytes):
+            if raw is None:
+                yield Quarantined(file, lineno, offset, "read.record_too_large", f"> {max_bytes} bytes")
+                continue
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            if not raw.strip():
+                continue  # blank line: not a record
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                yield Quarantined(file, lineno, offset, "read.invalid_utf8", str(exc)[:120])
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield Quarantined(file, lineno, offset, "read.invalid_json", str(exc)[:120])
+                continue
+            if not isinstance(obj, dict):
+                yield Quarantined(file, lineno, offset, "read.not_object", type(obj).__name__)
+                continue
+            text, bad = _check_text(obj.pop(text_field, None), file, lineno, offset)
+            if bad:
+                yield bad
+                continue
+            yield Record(lineno, text, json.dumps(obj, ensure_ascii=False, sort_keys=True))
+
+
+def read_text(path: Path, file: str, unit: str, max_bytes: int) -> Iterator[Record | Quarantined]:
+    """Plain text: the whole file as one document (line 1), or one per line."""
+    if unit == "line":
+        with _open_binary(path) as stream:
+            for lineno, offset, raw in _lines(stream, max_bytes):
+                if raw is None:
+                    yield Quarantined(file, lineno, offset, "read.record_too_large", f"> {max_bytes} bytes")
+                    continue
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield Quarantined(file, lineno, offset, "read.invalid_utf8", str(exc)[:120])
+                    continue
+                if line.strip():
+                    yield Record(lineno, line, "{}")
+        return
+    with _open_binary(path) as stream:
+        data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        yield Quarantined(file, 1, 0, "read.record_too_large", f"> {max_bytes} bytes")
+        return
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield Quarantined(file, 1, 0, "read.invalid_utf8", str(exc)[:120])
+        return
+    text, bad = _check_text(text, file, 1, 0)
+    yield bad or Record(1, text, "{}")
+
+
+def read_parquet(path: Path, file: str, text_field: str) -> Iterator[Record | Quarantined]:
+    """Rows of a Parquet file; other columns go to ``meta`` as JSON."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(path)
+    if text_field not in pf.schema_arrow.names:
+        raise ValueError(f"{file}: no column {text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
+    row = 0
+    for batch in pf.iter_batches(batch_size=4096):
+        cols = batch.to_pydict()
+        texts = cols.pop(text_field)
+        for i, text in enumerate(texts):
+            row += 1
+            text, bad = _check_text(text, file, row, 0)
+            if bad:
+                yield bad
+                continue
+            meta = {k: v[i] for k, v in cols.items()}
+            if isinstance(meta.get("meta"), str):
+                try:
+                    meta.update(json.loads(meta.pop("meta")))
+                except json.JSONDecodeError:
+                    pass
+            yield Record(row, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str))
+
+
+def read_file(path: Path, file: str, fmt: str, text_field: str, text_unit: str,
+              max_bytes: int) -> Iterator[Record | Quarantined]:
+    """All records of one input file, quarantining what cannot be read.
+
+    A file that cannot be opened, or that ends early (truncated ``.gz`` or
+    ``.zst``), yields the records read so far and then one
+    ``read.unreadable_file`` or ``read.truncated_file`` entry.
+    """
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    last_line = 0
+    try:
+        if fmt == "jsonl":
+            it = read_jsonl(path, file, text_field, max_bytes)
+        elif fmt == "parquet":
+            it = read_parquet(path, file, text_field)
+        else:
+            it = read_text(path, file, text_unit, max_bytes)
+        for item in it:
+            last_line = item.line
+            yield item
+    except (EOFError, TruncatedInput, zstandard.ZstdError, gzip.BadGzipFile) as exc:
+        yield Quarantined(file, last_line + 1, -1, "read.truncated_file", f"{type(exc).__name__}: {exc}"[:160])
+    except (OSError, ValueError) as exc:  # includes pyarrow.ArrowInvalid (a ValueError)
+        yield Quarantined(file, last_line + 1, -1, "read.unreadable_file", f"{type(exc).__name__}: {exc}"[:160])

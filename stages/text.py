@@ -1,0 +1,81 @@
+"""Text helpers shared by the stages: script detection and word segmentation.
+
+Chinese is written without spaces, so "words" cannot come from ``str.split``:
+a 1,500-character Chinese paragraph is one or two whitespace tokens. We segment
+Chinese with jieba's Rust port ``rjieba`` (the same dictionary as jieba);
+Japanese and Korean, for which we ship no segmenter, count each CJK character
+as one word; every other language splits on whitespace.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+# Languages written (mostly) without spaces between words.
+CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
+
+# CJK Unified Ideographs (basic, Ext-A, Ext-B..Ext-I, compatibility), kana, hangul.
+_CJK_RANGES = (
+    (0x3040, 0x30FF),    # Hiragana, Katakana
+    (0x3400, 0x4DBF),    # CJK Ext-A
+    (0x4E00, 0x9FFF),    # CJK Unified Ideographs
+    (0xAC00, 0xD7AF),    # Hangul syllables
+    (0xF900, 0xFAFF),    # CJK Compatibility Ideographs
+    (0x20000, 0x323AF),  # CJK Ext-B .. Ext-H
+)
+CJK_CHAR_CLASS = (
+    "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+    "\U00020000-\U000323af"
+)
+_CJK_RE = re.compile(f"[{CJK_CHAR_CLASS}]")
+# A word for space-separated languages: a run of letters/digits/marks
+# (apostrophes and hyphens inside a word kept), or a single CJK character.
+_WORD_RE = re.compile(rf"[{CJK_CHAR_CLASS}]|[^\W_{CJK_CHAR_CLASS}](?:[^\W{CJK_CHAR_CLASS}]|['’\-](?=\w))*")
+
+
+def is_cjk(ch: str) -> bool:
+    """True for one CJK ideograph, kana or hangul character."""
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def cjk_count(text: str) -> int:
+    """Number of CJK characters (ideographs, kana, hangul) in ``text``."""
+    return len(_CJK_RE.findall(text))
+
+
+@lru_cache(maxsize=1)
+def _rjieba():
+    import rjieba
+
+    return rjieba
+
+
+def words(text: str, lang: str | None) -> list[str]:
+    """Split ``text`` into words, skipping whitespace and punctuation.
+
+    Args:
+        text: any string.
+        lang: the document language code (``zh``, ``en``, ...), or None.
+
+    Returns:
+        Words as strings. For ``zh``/``yue``/``wuu`` the words come from the
+        rjieba segmenter (so ``"我们今天去北京"`` gives ``["我们", "今天", "去",
+        "北京"]``); for other CJK languages each CJK character is one word; for
+        everything else words are runs of letters and digits, with a CJK
+        character inside such text counted as one word each.
+    """
+    if lang in ("zh", "yue", "wuu"):
+        return [w for w in _rjieba().cut(text) if _is_word(w)]
+    return _WORD_RE.findall(text)
+
+
+def _is_word(token: str) -> bool:
+    return any(ch.isalnum() for ch in token)
+
+
+def nfkc(text: str) -> str:
+    """Unicode NFKC: folds full-width digits, letters and punctuation to ASCII."""
+    return unicodedata.normalize("NFKC", text)
