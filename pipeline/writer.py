@@ -1,0 +1,262 @@
+"""Write packed samples as MindRecord shards, deterministically.
+
+A version's samples are one ``int32[num_samples, seq_length + 1]`` array, already
+in the final (globally shuffled) order. :func:`write_shards` cuts it into
+consecutive row ranges and writes each range with its own
+``FileWriter(shard_num=1)``: with ``shard_num > 1`` MindSpore spreads the rows of
+one call across files at random, so the layout would change run to run
+(docs/loader_and_lineage.md, /work/shared/notes/dependencies.md).
+
+Schema: ``{"input_ids": {"type": "int32", "shape": [seq_length + 1]}}``. A fixed
+shape (rather than mindformers' ``[-1]``) records the row length in every shard's
+own header, so the loader checks each shard against the manifest's
+``seq_length`` without reading a row; the stored bytes are the same (measured).
+
+Writing the same samples twice gives byte-identical ``.mindrecord`` *and*
+``.mindrecord.db`` files, in any directory: the SQLite index holds only the row
+offsets and the file's base name (table ``SHARD_NAME``), no path or timestamp
+(measured with MindSpore 2.10; tests/pipeline/test_writer.py checks it). Because
+the ``.db`` names its data file, a shard must never be renamed; publish by
+renaming the whole version directory.
+
+MindSpore is imported inside the functions that need it, so that
+:func:`verify_shards` (and ``pipeline.lineage``) stay cheap to import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHARD_DIR = "shards"
+COLUMN = "input_ids"
+SCHEMA_DESC = "mindcorpus packed pretraining samples"
+
+# Upper bound on the uncompressed int32 payload of one shard (rows x (seq_length+1)
+# x 4 bytes). Our choice: ~1 GiB of payload is ~131k rows at seq_length 2048, a
+# file of ~0.55 GiB on disk at a 32k vocabulary (int32 arrays are stored
+# compressed, ~2.2 bytes/token measured), written in ~10 s at the measured
+# 12-15k rows/s, with a small SQLite index; many shards per version let copies
+# and checksums run in parallel.
+DEFAULT_MAX_SHARD_BYTES = 1 << 30
+
+# MindRecord stores an int32 array compressed; the worst case we measured is
+# 4.12 bytes/token (values near +-2**31), so 5 bytes/token + 1 KiB bounds a row.
+_STORED_BYTES_PER_TOKEN = 5
+_STORED_ROW_OVERHEAD = 1024
+# FileWriter limits (MindSpore 2.10 docs): page 32 KiB..256 MiB, header 16 KiB..128 MiB.
+_MIN_PAGE, _MAX_PAGE = 1 << 15, 1 << 28
+_MIN_HEADER, _MAX_HEADER = 1 << 14, 1 << 27
+# The header holds ~200 bytes per page (measured); 256 leaves headroom.
+_HEADER_BYTES_PER_PAGE = 256
+# Target pages per shard: bounds the header (~256 KiB) while the partly filled
+# last page (sparse on disk, but counted in the file size) stays <= ~0.2 %.
+_TARGET_PAGES = 512
+# Rows per write_raw_data call: 1000 rows/call writes ~12-15k rows/s, one row/call
+# ~1.2k rows/s (measured, dependencies.md).
+_WRITE_CHUNK_ROWS = 1000
+
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def shard_name(prefix: str, index: int) -> str:
+    """Name of shard ``index`` relative to the version directory,
+    e.g. ``shards/corpus-00000.mindrecord``."""
+    return f"{SHARD_DIR}/{prefix}-{index:05d}.mindrecord"
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def page_and_header_size(num_rows: int, row_length: int) -> tuple[int, int]:
+    """MindRecord page and header sizes (bytes) for one shard of ``num_rows`` rows
+    of ``row_length`` int32 tokens.
+
+    MindSpore's defaults (page 32 MiB, header 16 MiB) make even a 10-row file
+    ~50 MB (dependencies.md). Here the page is a power of two of at least 32 KiB,
+    at least twice the worst-case stored row (so every page but the last is at
+    least half full), and about 1/512 of the shard's worst-case stored bytes; the
+    header is sized for the resulting worst-case page count at 256 bytes/page.
+
+    Raises:
+        ValueError: a row cannot fit the largest page (256 MiB), or the header
+            would exceed MindRecord's 128 MiB limit.
+    """
+    row_bound = _STORED_BYTES_PER_TOKEN * row_length + _STORED_ROW_OVERHEAD
+    payload_bound = num_rows * row_bound
+    page = _next_pow2(max(_MIN_PAGE, 2 * row_bound, payload_bound // _TARGET_PAGES))
+    if page > _MAX_PAGE:
+        if 2 * row_bound > _MAX_PAGE:
+            raise ValueError(f"a row of {row_length} tokens does not fit a MindRecord page")
+        page = _MAX_PAGE
+    max_pages = -(-payload_bound // (page // 2)) + 1
+    header = _next_pow2(_MIN_HEADER + _HEADER_BYTES_PER_PAGE * max_pages)
+    if header > _MAX_HEADER:
+        raise ValueError(
+            f"shard of {num_rows} rows needs a {header}-byte MindRecord header (max {_MAX_HEADER});"
+            " lower max_shard_bytes"
+        )
+    return page, header
+
+
+def validate_samples(samples: Any) -> np.ndarray:
+    """Check that ``samples`` is a non-empty ``int32[n, L]`` array of token ids.
+
+    MindSpore's FileWriter drops a row of the wrong dtype or shape with only a
+    WARNING, so every check happens here, before writing.
+
+    Returns:
+        ``samples`` as a C-contiguous int32 array (a copy only if it was not).
+    Raises:
+        TypeError: not a numpy array, or dtype is not int32.
+        ValueError: not 2-D, no rows, rows shorter than 2 tokens (a row holds
+            ``seq_length + 1`` tokens), or a negative token id.
+    """
+    if not isinstance(samples, np.ndarray):
+        raise TypeError(f"samples must be a numpy int32 array, got {type(samples).__name__}")
+    if samples.dtype != np.int32:
+        raise TypeError(f"samples must have dtype int32, got {samples.dtype}")
+    if samples.ndim != 2:
+        raise ValueError(f"samples must be 2-D [num_samples, seq_length + 1], got shape {samples.shape}")
+    if samples.shape[0] == 0:
+        raise ValueError("samples has no rows: nothing to write")
+    if samples.shape[1] < 2:
+        raise ValueError(f"rows must hold seq_length + 1 >= 2 tokens, got {samples.shape[1]}")
+    if samples.min() < 0:
+        raise ValueError("samples contain a negative token id")
+    return np.ascontiguousarray(samples)
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    """Hex SHA-256 of a file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_one_shard(path: Path, rows: np.ndarray, page: int, header: int) -> None:
+    """Write ``rows`` (int32[n, L], validated) to one MindRecord file + ``.db``
+    with the given page and header sizes (bytes), then check that the committed
+    file holds exactly ``n`` rows."""
+    from mindspore.mindrecord import FileReader, FileWriter
+
+    writer = FileWriter(str(path), shard_num=1, overwrite=False)
+    writer.add_schema({COLUMN: {"type": "int32", "shape": [rows.shape[1]]}}, SCHEMA_DESC)
+    writer.set_header_size(header)
+    writer.set_page_size(page)
+    for start in range(0, rows.shape[0], _WRITE_CHUNK_ROWS):
+        writer.write_raw_data([{COLUMN: row} for row in rows[start : start + _WRITE_CHUNK_ROWS]])
+    writer.commit()
+    reader = FileReader(str(path))
+    try:
+        written = reader.len()
+    finally:
+        reader.close()
+    if written != rows.shape[0]:
+        raise RuntimeError(
+            f"{path}: MindRecord holds {written} rows after commit, expected {rows.shape[0]}"
+            " (FileWriter dropped rows; see its WARNING lines)"
+        )
+
+
+def write_shards(
+    samples: np.ndarray,
+    out_dir: str | Path,
+    prefix: str = "corpus",
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> list[dict]:
+    """Write ``samples`` as MindRecord shards under ``out_dir/shards/``.
+
+    Args:
+        samples: ``int32[num_samples, seq_length + 1]`` token ids in the final
+            sample order; shard k holds the next ``rows_per_shard`` rows, so the
+            global row index (shards in returned order) equals the row of
+            ``samples``.
+        out_dir: the version directory being assembled (``shards/`` is created).
+        prefix: file name prefix, ``[A-Za-z0-9_.-]+``.
+        max_shard_bytes: upper bound on a shard's uncompressed payload,
+            ``rows * (seq_length + 1) * 4`` bytes (default 1 GiB, see
+            ``DEFAULT_MAX_SHARD_BYTES``). The file on disk is typically ~55 % of
+            it at a 32k vocabulary. At least one row goes in each shard. Shard
+            boundaries depend only on (num_samples, seq_length, max_shard_bytes).
+
+    Returns:
+        One dict per shard, in order: ``name`` (relative to ``out_dir``, e.g.
+        ``shards/corpus-00000.mindrecord``), ``sha256`` (hex, data file),
+        ``db_sha256`` (hex, the ``.db`` index), ``rows`` (int), ``bytes`` (int,
+        data file size).
+
+    Raises:
+        TypeError / ValueError: see :func:`validate_samples`; bad prefix or
+            ``max_shard_bytes < 1``.
+        FileExistsError: a shard file already exists (never overwritten).
+        RuntimeError: MindSpore committed a different number of rows.
+    """
+    samples = validate_samples(samples)
+    if not _PREFIX_RE.match(prefix):
+        raise ValueError(f"prefix must match {_PREFIX_RE.pattern}, got {prefix!r}")
+    if max_shard_bytes < 1:
+        raise ValueError(f"max_shard_bytes must be >= 1, got {max_shard_bytes}")
+    out_dir = Path(out_dir)
+    (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+    num_rows, row_length = samples.shape
+    rows_per_shard = max(1, max_shard_bytes // (4 * row_length))
+    # One page/header size for every shard: MindDataset refuses to read files
+    # whose header metadata differ ("metadata ... is different from others").
+    page, header = page_and_header_size(min(rows_per_shard, num_rows), row_length)
+
+    shards = []
+    for index, start in enumerate(range(0, num_rows, rows_per_shard)):
+        name = shard_name(prefix, index)
+        path = out_dir / name
+        for existing in (path, Path(f"{path}.db")):
+            if existing.exists():
+                raise FileExistsError(f"{existing} exists; shards are never overwritten")
+        rows = samples[start : start + rows_per_shard]
+        _write_one_shard(path, rows, page, header)
+        shards.append(
+            {
+                "name": name,
+                "sha256": sha256_file(path),
+                "db_sha256": sha256_file(Path(f"{path}.db")),
+                "rows": int(rows.shape[0]),
+                "bytes": path.stat().st_size,
+            }
+        )
+    return shards
+
+
+def verify_shards(version_dir: str | Path, manifest: dict) -> list[str]:
+    """Names of the manifest's shards whose files do not match it.
+
+    A shard is named when its data file is missing or its SHA-256 differs from
+    ``sha256``, or when its ``.db`` index is missing or differs from
+    ``db_sha256`` (checked only when the manifest records it). Reads every byte
+    of every shard (~1-2 GB/s).
+
+    Args:
+        version_dir: the published version directory.
+        manifest: the parsed ``manifest.json`` (uses ``manifest["shards"]``).
+    Returns:
+        Shard names (as in the manifest), in manifest order; empty when all match.
+    Raises:
+        KeyError: the manifest has no ``shards`` or an entry lacks ``name``/``sha256``.
+    """
+    version_dir = Path(version_dir)
+    bad = []
+    for shard in manifest["shards"]:
+        path = version_dir / shard["name"]
+        db_path = Path(f"{path}.db")
+        ok = path.is_file() and db_path.is_file() and sha256_file(path) == shard["sha256"]
+        if ok and "db_sha256" in shard:
+            ok = sha256_file(db_path) == shard["db_sha256"]
+        if not ok:
+            bad.append(shard["name"])
+    return bad
