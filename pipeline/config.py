@@ -100,8 +100,9 @@ class OutputConfig(_Strict):
 
 
 def _stage_fields() -> dict[str, Any]:
-    return {name: (stage_class(name).Config, pydantic.Field(default_factory=stage_class(name).Config))
-            for name in STAGES}
+    # No default: parse_config fills a missing section with {} so that a
+    # required key inside it is reported as "<stage>.<key>".
+    return {name: (stage_class(name).Config, ...) for name in STAGES}
 
 
 class _BuildBase(_Strict):
@@ -165,6 +166,7 @@ def parse_config(data: dict[str, Any], origin: str = "<config>"):
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: the config must be a mapping, not {type(data).__name__}")
+    data = {**{name: {} for name in STAGES}, **data}
     try:
         cfg = _model().model_validate(data)
     except pydantic.ValidationError as exc:

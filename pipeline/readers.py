@@ -119,8 +119,9 @@ class _ZstdStrict(io.RawIOBase):
             chunk = self._fh.read(READ_CHUNK)
             if not chunk:
                 self._eof = True
-                if not self._obj.eof and self._started:
-                    raise TruncatedInput("zstd stream ends inside a frame")
+                # Raising here would lose what the caller's buffer holds:
+                # flag it, and the line reader raises after the last line.
+                self.truncated = self._started and not self._obj.eof
                 break
             self._started = True
             out = []
@@ -139,6 +140,7 @@ class _ZstdStrict(io.RawIOBase):
         return n
 
     _started = False
+    truncated = False
 
     def close(self) -> None:
         self._fh.close()
@@ -158,6 +160,8 @@ def _lines(stream, max_bytes: int) -> Iterator[tuple[int, int, bytes | None]]:
     while True:
         raw = buf.readline(max_bytes + 1)
         if not raw:
+            if getattr(stream, "truncated", False):
+                raise TruncatedInput("zstd stream ends inside a frame")
             return
         lineno += 1
         start = offset
@@ -169,6 +173,9 @@ def _lines(stream, max_bytes: int) -> Iterator[tuple[int, int, bytes | None]]:
                 offset += len(raw)
             yield lineno, start, None
             continue
+        if not raw.endswith(b"\n") and getattr(stream, "truncated", False):
+            # The cut-off last line of a truncated file is not a record.
+            raise TruncatedInput("zstd stream ends inside a frame")
         yield lineno, start, raw.rstrip(b"\n").rstrip(b"\r")
 
 
@@ -235,6 +242,8 @@ def read_text(path: Path, file: str, unit: str, max_bytes: int) -> Iterator[Reco
         return
     with _open_binary(path) as stream:
         data = stream.read(max_bytes + 1)
+        if getattr(stream, "truncated", False):
+            raise TruncatedInput("zstd stream ends inside a frame")
     if len(data) > max_bytes:
         yield Quarantined(file, 1, 0, "read.record_too_large", f"> {max_bytes} bytes")
         return
