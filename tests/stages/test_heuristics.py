@@ -1,0 +1,177 @@
+"""Tests for stages/heuristics.py: per-language rule presets, CJK-aware measures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pydantic
+import pytest
+
+from stages import heuristics as H
+from stages.base import StageContext
+from stages.heuristics import Config, Document, HeuristicsStage, Thresholds
+
+# 1,507 characters of Chinese prose, no spaces, ending in "。".
+CHINESE_PROSE = (
+    "我出生在江南的一个小镇上，镇子不大，一条清澈的小河从中间穿过，把街道分成了南北两半。河上架着七座石桥，最老的一座据说建于明朝，桥面的青石板已"
+    "经被行人的脚步磨得光滑发亮。小时候，每天清晨我都会被窗外的摇橹声唤醒，船家们载着新鲜的蔬菜和鱼虾，从乡下赶到镇上的早市。母亲总是挎着竹篮出门"
+    "，回来时篮子里装满了带着露水的青菜、活蹦乱跳的河虾，还有刚出锅的油条和豆浆。祖父是镇上有名的木匠，他的作坊就在我们家后院，里面堆满了杉木、樟"
+    "木和各式各样的工具。放学以后，我最喜欢坐在作坊的门槛上，看他用刨子把粗糙的木板刨得平平整整，木屑像花瓣一样卷曲着落在地上，散发出淡淡的清香。"
+    "祖父话不多，却常常一边干活一边给我讲过去的故事：哪一年发了大水，哪一家的女儿嫁到了省城，又是谁在战乱年代把全镇的孩子藏进了山里的寺庙。那些故"
+    "事里的人物，有的我见过，有的早已不在人世，可在他的讲述中，他们仿佛都还活着，就住在隔壁的巷子里。夏天的傍晚最是热闹，大人们搬出竹椅在河边乘凉"
+    "，摇着蒲扇谈论庄稼的收成和城里的新闻；孩子们则光着脚在石阶上追逐打闹，或者趴在栏杆上数河里游来游去的小鱼。偶尔有货郎挑着担子经过，拨浪鼓咚咚"
+    "作响，我们便一窝蜂地围上去，眼巴巴地望着那些五颜六色的糖果和小玩意儿。秋天到了，镇外的稻田一片金黄，家家户户都忙着收割、晾晒，空气里弥漫着稻"
+    "草和泥土混合的气味。学校会放几天农忙假，我跟着父亲下地，虽然帮不上什么大忙，却也学会了怎样捆扎稻把，怎样在田埂上稳稳当当地挑起一担谷子。冬天"
+    "的江南湿冷入骨，没有暖气，我们就围着炭盆取暖，把红薯和栗子埋进热灰里，等到香气飘出来，再小心翼翼地扒开，烫得两只手来回倒腾。除夕之夜，全家人"
+    "团团围坐，桌上摆满了母亲忙碌好几天准备的菜肴，祖父会破例喝上两杯黄酒，脸膛红红的，笑着给每个孙辈发压岁钱。后来我考上了北方的大学，离开了那条"
+    "小河，离开了祖父的作坊。起初每逢寒暑假还能回去住上一段日子，工作以后却越来越少，有时候两三年才能回去一趟。去年春天，我终于带着妻子和女儿回到"
+    "了阔别多年的故乡。小镇变了许多，老街被修缮一新，开起了咖啡馆、民宿和卖纪念品的商店，游客熙熙攘攘，说着天南地北的口音。祖父早已过世，作坊改成"
+    "了一间小小的展览馆，墙上挂着他当年用过的刨子、凿子和墨斗，旁边的说明牌上写着他的名字和生平。我站在那些熟悉的工具前面，久久说不出话来。女儿拉"
+    "着我的手问，爸爸，你为什么哭了？我告诉她，这里有太爷爷留下的东西，也有爸爸小时候的记忆。那天傍晚，我们沿着河岸慢慢地走，夕阳把水面染成了橘红"
+    "色，一只白鹭从芦苇丛中飞起，掠过石桥，消失在远处的炊烟里。我忽然明白，故乡并不只是一个地方，它是一种声音、一种气味、一段再也回不去的时光，它"
+    "住在我们心里，陪伴我们走过漫长的一生。无论将来走到哪里，只要想起那条小河和河上的七座石桥，我的心就会变得安静而温暖。临走之前，我在老桥边买了"
+    "一把新做的小木凳，请店主在凳面上刻下了祖父作坊的名字，准备带回北方的家里，放在女儿的书桌旁边。回到北京以后，我把这次旅行的照片整理成册，又翻"
+    "出大学时写的几篇关于故乡的散文，一并寄给了远在南方的母亲。母亲在电话里说，她把相册放在枕头边，每天晚上睡觉以前都要看上几页，看着看着就想起了"
+    "许多陈年旧事。她还说，镇上的老邻居们听说我回来过，都埋怨我没有去家里坐一坐，喝一杯他们自己炒的新茶。我答应她，明年清明一定早些请假，陪她去给"
+    "祖父扫墓，再挨家挨户地拜访那些看着我长大的长辈。挂了电话，窗外正下着细细的春雨，我仿佛又听见了那熟悉的摇橹声，从很远很远的地方传来。如今，那"
+    "把小木凳就放在女儿的书桌旁，她写作业累了，常常坐在上面听我讲太爷爷的故事。"
+)
+ENGLISH = (
+    "The committee met on Tuesday morning to review the annual budget. After a long "
+    "discussion, the members agreed to increase funding for the public library and "
+    "to repair the old bridge near the river before the winter arrives."
+)
+RATIO_RULES = ["max_symbol_word_ratio", "min_mean_word_length", "max_mean_word_length",
+               "min_alpha_word_share", "max_duplicate_line_fraction",
+               "max_duplicate_line_char_fraction", "max_top_2gram_char_share",
+               "max_top_3gram_char_share", "max_top_4gram_char_share",
+               "max_mean_line_length", "min_alnum_char_share"]
+
+
+def _process(texts: list[str], langs: list[str | None], **config) -> pa.Table:
+    table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts,
+                      "langid_lang": pa.array(langs, pa.string())})
+    ctx = StageContext(work_dir=Path("."), cache_dir=Path("."), seed=0, tools_dir=Path("."))
+    return HeuristicsStage(Config(**config), ctx).process(table)
+
+
+def test_chinese_prose_passes_every_rule_with_hundreds_of_words():
+    assert len(CHINESE_PROSE) >= 1500 and " " not in CHINESE_PROSE
+    assert CHINESE_PROSE.endswith("。")
+    doc = Document(CHINESE_PROSE, "zh")
+    assert 300 <= len(doc.words) < 1000          # rjieba words, not whitespace tokens
+    thresholds = Config().for_language("zh")
+    values, reason = H.evaluate(doc, thresholds)
+    assert reason is None
+    for rule in H.RULES:                          # each active rule passes on its own
+        limit = getattr(thresholds, rule.name)
+        if limit is not None:
+            value = values[rule.value]
+            assert (value >= limit) if rule.bound == "min" else (value <= limit), rule.name
+    assert values["num_words"] == len(doc.words)
+    assert "mean_word_length" not in values       # not used for CJK
+
+
+def test_process_columns_and_reasons():
+    out = _process([CHINESE_PROSE, ENGLISH, "Hi there", ""], ["zh", "en", "en", "en"])
+    rows = out.to_pylist()
+    assert [r["reason"] for r in rows] == [None, None, "heuristics.min_chars",
+                                           "heuristics.min_chars"]
+    assert rows[1]["heuristics_num_words"] == 38
+    assert rows[1]["heuristics_mean_word_length"] == pytest.approx(
+        sum(map(len, ENGLISH.replace(",", "").replace(".", "").split())) / 38)
+    assert out.schema.field("heuristics_num_words").type == pa.int64()
+    assert out.schema.field("heuristics_alpha_word_share").type == pa.float64()
+    assert rows[0]["heuristics_mean_word_length"] is None
+
+
+@pytest.mark.parametrize("text", ["", " \n\t ", "。。。"])
+@pytest.mark.parametrize("rule", RATIO_RULES)
+def test_ratio_rules_on_empty_text_give_a_reason(text, rule):
+    thresholds = Thresholds(**{rule: 0.5})
+    values, reason = H.evaluate(Document(text, "zh"), thresholds)
+    _, reason_en = H.evaluate(Document(text, "en"), thresholds)
+    if text == "。。。" and "duplicate_line" in rule:
+        # one line, nothing repeated: a defined 0.0, kept
+        assert list(values.values()) == [0.0] and reason is reason_en is None
+    else:
+        assert reason == reason_en == f"heuristics.{rule}"
+
+
+@pytest.mark.parametrize("text", ["", " \n\t ", "。。。"])
+def test_default_presets_drop_empty_text(text):
+    for lang in ("zh", "en", "de", "code", None):
+        _, reason = H.evaluate(Document(text, lang), Config().for_language(lang))
+        assert reason == "heuristics.min_chars"
+
+
+def test_full_width_digits_and_letters():
+    doc = Document("ＡＢＣ　１２３　ｄｅｆ", "en")
+    assert doc.words == ["ＡＢＣ", "１２３", "ｄｅｆ"]
+    assert H.alpha_word_share(doc) == pytest.approx(2 / 3)
+    assert H.alnum_char_share(doc) == pytest.approx(9 / 11)
+    assert H.mean_word_length(doc) == 3.0
+
+
+def test_top_ngram_char_share_known_values():
+    doc = Document("the cat the cat sat", "en")        # 15 word characters
+    assert H.top_ngram_char_share(doc, 2) == pytest.approx(2 * 6 / 15)
+    assert H.top_ngram_char_share(doc, 3) == 0.0       # no 3-gram repeats
+    assert H.top_ngram_char_share(Document("one two", "en"), 3) is None
+
+
+def test_top_ngram_numpy_path_matches_counter_path(monkeypatch):
+    text = " ".join(f"w{i % 37} x{i % 11} y{i % 5}" for i in range(400))
+    fast = [H.top_ngram_char_share(Document(text, "en"), n) for n in (2, 3, 4)]
+    monkeypatch.setattr(H, "_NUMPY_NGRAM_MIN_WORDS", 10**9)
+    slow = [H.top_ngram_char_share(Document(text, "en"), n) for n in (2, 3, 4)]
+    assert fast == slow
+    assert fast[0] > 0.0
+
+
+def test_duplicate_lines_and_symbols():
+    doc = Document("alpha beta\r\ngamma\n\nalpha beta\n", "en")
+    assert H.duplicate_line_fraction(doc) == pytest.approx(1 / 3)
+    assert H.duplicate_line_char_fraction(doc) == pytest.approx(10 / 25)
+    doc = Document("wait... what # is this…… really…", "en")
+    assert H.symbol_word_ratio(doc) == pytest.approx(4 / 5)   # '……' counts once
+
+
+def test_repetitive_chinese_is_dropped():
+    text = "点击这里下载最新版本。" * 30
+    out = _process([text], ["zh"]).to_pylist()[0]
+    assert out["reason"] == "heuristics.max_duplicate_line_char_fraction" or \
+        out["reason"].startswith("heuristics.max_top_")
+    assert out["heuristics_top_2gram_char_share"] > 0.2
+
+
+def test_code_preset_uses_code_rules_only():
+    code = "def f(x):\n    return x + 1\n\n" * 20
+    long_line = "x = [" + "1, " * 400 + "]\n"
+    out = _process([code, long_line], ["code", "code"]).to_pylist()
+    assert out[0]["reason"] is None
+    assert out[0]["heuristics_num_words"] is None          # prose rules are off
+    assert out[0]["heuristics_max_line_length"] == len("    return x + 1")
+    assert out[1]["reason"] == "heuristics.max_line_length"
+
+
+def test_overrides_per_language_and_null_turns_a_rule_off():
+    config = Config(thresholds={"zh": {"max_top_2gram_char_share": None, "min_words": 2},
+                                "default": {"min_words": 1}})
+    zh = config.for_language("zh")
+    assert zh.max_top_2gram_char_share is None and zh.min_words == 2
+    assert zh.max_top_3gram_char_share == H.PRESETS["zh"].max_top_3gram_char_share
+    assert config.for_language("de").min_words == 1        # no preset: user default
+    assert config.for_language("en").min_words == H.PRESETS["en"].min_words
+    assert config.for_language("ja").min_mean_word_length is None
+    with pytest.raises(pydantic.ValidationError):
+        Config(thresholds={"zh": {"max_top_5gram_char_share": 0.1}})
+    with pytest.raises(pydantic.ValidationError):
+        Config(threshold={})
+
+
+def test_deterministic():
+    texts = [CHINESE_PROSE, ENGLISH, "Kurzer Satz mit Wiederholung Wiederholung Wiederholung."]
+    langs = ["zh", "en", "de"]
+    assert _process(texts, langs).equals(_process(texts, langs))
