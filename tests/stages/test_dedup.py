@@ -1,0 +1,302 @@
+"""Tests for stages/dedup.py: exact + MinHash-LSH near-duplicate removal."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pydantic
+import pytest
+from datasketch import MinHash
+
+from stages import dedup
+from stages.base import Partitions, StageContext
+from stages.dedup import Config, DedupStage
+
+# Two unrelated Chinese paragraphs (own writing), each over 200 characters.
+ZH_A = (
+    "清晨的江边总是很安静，薄雾慢慢从水面升起，远处的渔船只露出模糊的轮廓。老人们沿着堤岸散步，"
+    "偶尔停下来看一看涨落的潮水，谈论昨天集市上的菜价和孙子的功课。卖豆浆的小摊早早支起了棚子，"
+    "热气和油条的香味混在一起，飘到很远的巷口。太阳升高以后，雾气散尽，江面变得明亮，货船的汽笛"
+    "一声接着一声，城市就这样醒了过来。到了中午，码头上搬运工人来回穿梭，把一箱箱水果和布匹装上"
+    "卡车，送往城里的各个市场。傍晚时分，晚霞映红了半边天空。"
+)
+ZH_B = (
+    "训练语言模型之前，需要先把原始网页整理成干净的语料。第一步是识别每篇文档的语言，第二步用规则"
+    "过滤掉过短、重复行过多或者符号比例异常的页面，第三步计算困惑度，把明显不通顺的文本放到尾部桶。"
+    "随后做去重：完全相同的文档只保留一份，高度相似的文档用最小哈希签名和局部敏感哈希找出候选对，"
+    "再用估计的杰卡德相似度确认。最后把文档切分为词元，按序列长度打包，写入分片文件，并记录清单。"
+    "每一步的参数和随机种子都要写进清单，以便日后复现同样的结果。"
+)
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    """One partition: base columns, langid_lang and keep, as a stage gets them."""
+    n = len(rows)
+    table = pa.table({
+        "id": pa.array([r["id"] for r in rows], pa.string()),
+        "source": pa.array([r.get("source", "test") for r in rows], pa.string()),
+        "file": pa.array([str(path)] * n, pa.string()),
+        "line": pa.array(range(1, n + 1), pa.int64()),
+        "text": pa.array([r["text"] for r in rows], pa.string()),
+        "meta": pa.array(["{}"] * n, pa.string()),
+        "lang_hint": pa.array([None] * n, pa.string()),
+        "langid_lang": pa.array([r.get("lang") for r in rows], pa.string()),
+        "keep": pa.array([r.get("keep", True) for r in rows], pa.bool_()),
+    })
+    pq.write_table(table, path)
+    return path
+
+
+def _run(tmp_path: Path, partitions: list[list[dict]], **config) -> tuple[dict, pa.Table]:
+    """fit over the partitions, then process each; returns (facts, all output rows)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = [_write(tmp_path / f"part-{i:05d}.parquet", rows) for i, rows in enumerate(partitions)]
+    ctx = StageContext(work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", seed=0,
+                       tools_dir=tmp_path)
+    stage = DedupStage(Config(**config), ctx)
+    facts = stage.fit(Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items]))
+    worker = DedupStage(Config(**config), ctx)  # process() runs in a fresh instance
+    outputs = [worker.process(pq.read_table(p).filter(pa.compute.field("keep"))) for p in paths]
+    return facts, pa.concat_tables(outputs)
+
+
+def _kept(out: pa.Table) -> set[str]:
+    return {i for i, k in zip(out["id"].to_pylist(), out["keep"].to_pylist()) if k}
+
+
+def _row(out: pa.Table, doc_id: str) -> dict:
+    return {name: col[0] for name, col in out.filter(pa.compute.equal(out["id"], doc_id))
+            .to_pydict().items()}
+
+
+def _shingle_set(text: str, lang: str | None, n_words: int = 5, n_chars: int = 5) -> set[int]:
+    normalized = dedup.near_normalize(dedup.exact_normalize(text))
+    return set(dedup.shingle_hashes(normalized, dedup.uses_char_shingles(normalized, lang),
+                                    n_words, n_chars).tolist())
+
+
+# ----------------------------------------------------------------------------- exact
+
+
+def test_cat_dog_cat_two_survive(tmp_path):
+    facts, out = _run(tmp_path, [[{"id": "d:1", "text": "cat", "lang": "en"},
+                                  {"id": "d:2", "text": "dog", "lang": "en"},
+                                  {"id": "d:3", "text": "cat", "lang": "en"}]])
+    assert _kept(out) == {"d:1", "d:2"}
+    assert _row(out, "d:3") == {**_row(out, "d:3"), "reason": "dedup.exact_duplicate",
+                                "dedup_cluster": "d:1", "dedup_similarity": 1.0}
+    keeper = _row(out, "d:1")
+    assert (keeper["dedup_cluster"], keeper["dedup_similarity"], keeper["reason"]) == ("d:1", None, None)
+    single = _row(out, "d:2")
+    assert (single["dedup_cluster"], single["dedup_similarity"]) == (None, None)
+    assert out.schema.field("dedup_similarity").type == pa.float64()
+    assert (facts["exact_duplicates"], facts["near_duplicates"], facts["clusters"]) == (1, 0, 1)
+    # word 5-grams of a 1-word text: one whole-text shingle
+    assert len(dedup.shingle_hashes("cat", False, 5, 5)) == 1
+
+
+def test_exact_normalization_full_width_case_whitespace(tmp_path):
+    _, out = _run(tmp_path, [[{"id": "a", "text": "Ｈｅｌｌｏ　World\n", "lang": "en"},
+                              {"id": "b", "text": "hello world", "lang": "en"}]], near=False)
+    # equal normalized text; "Ｈｅｌｌｏ　World\n" is longer, so it is kept by `longest`
+    assert _kept(out) == {"a"}
+    assert _row(out, "b")["reason"] == "dedup.exact_duplicate"
+
+
+def test_same_document_in_two_partitions_one_survives(tmp_path):
+    doc = "The same paragraph was crawled twice from two mirrors of one site."
+    facts, out = _run(tmp_path, [[{"id": "web:x:1", "text": doc, "lang": "en"}],
+                                 [{"id": "books:y:7", "text": doc, "lang": "en"},
+                                  {"id": "books:y:8", "text": "Something else entirely.", "lang": "en"}]])
+    assert _kept(out) == {"books:y:7", "books:y:8"}  # equal length: smallest id wins
+    assert _row(out, "web:x:1")["dedup_cluster"] == "books:y:7"
+    assert facts["documents"] == 3 and facts["exact_duplicates"] == 1
+
+
+def test_exact_off_near_catches_identical_text(tmp_path):
+    _, out = _run(tmp_path, [[{"id": "a", "text": "cat", "lang": "en"},
+                              {"id": "b", "text": "cat", "lang": "en"}]], exact=False)
+    assert _kept(out) == {"a"}
+    row = _row(out, "b")
+    assert (row["reason"], row["dedup_similarity"]) == ("dedup.near_duplicate", 1.0)
+
+
+# ----------------------------------------------------------------------------- near, Chinese
+
+
+def test_chinese_one_character_changed_one_survives(tmp_path):
+    assert len(ZH_A) >= 200
+    changed = ZH_A[:100] + "河" + ZH_A[101:]
+    assert changed != ZH_A
+    # 5-character shingles: one edit replaces 5 of the shingles around it
+    a, b = _shingle_set(ZH_A, "zh"), _shingle_set(changed, "zh")
+    true_jaccard = len(a & b) / len(a | b)
+    assert true_jaccard == pytest.approx((len(a) - 5) / (len(a) + 5))
+    _, out = _run(tmp_path, [[{"id": "zh:1", "text": ZH_A, "lang": "zh"},
+                              {"id": "zh:2", "text": changed, "lang": "zh"}]])
+    assert _kept(out) == {"zh:1"}  # equal length: smallest id
+    row = _row(out, "zh:2")
+    assert row["reason"] == "dedup.near_duplicate"
+    assert row["dedup_cluster"] == "zh:1"
+    assert abs(row["dedup_similarity"] - true_jaccard) < 0.1
+
+
+def test_unrelated_chinese_documents_both_survive(tmp_path):
+    assert len(_shingle_set(ZH_A, "zh") & _shingle_set(ZH_B, "zh")) == 0
+    facts, out = _run(tmp_path, [[{"id": "zh:a", "text": ZH_A, "lang": "zh"},
+                                  {"id": "zh:b", "text": ZH_B, "lang": None}]])
+    assert _kept(out) == {"zh:a", "zh:b"}
+    assert out["dedup_cluster"].null_count == 2
+    assert facts["clusters"] == 0
+
+
+def test_unknown_language_chinese_uses_character_shingles():
+    assert dedup.uses_char_shingles("你好 世界", None)
+    assert dedup.uses_char_shingles("你好 世界", "und")
+    assert not dedup.uses_char_shingles("hello world", None)
+    assert not dedup.uses_char_shingles("你好 世界", "en")  # a known language decides
+    assert dedup.uses_char_shingles("hello", "ja")
+    # spaces are ignored by character shingles: re-wrapped Chinese keeps its shingles
+    assert _shingle_set(ZH_A.replace("，", "\n"), None) == _shingle_set(ZH_A.replace("，", ""), None)
+
+
+def test_near_normalize_strips_punctuation_and_symbols():
+    assert dedup.near_normalize(dedup.exact_normalize("Hello, World!  (a_b) ©2024 +x 😀")) == \
+        "hello world a b 2024 x"
+    assert dedup.near_normalize(dedup.exact_normalize("你好，世界。「测试」")) == "你好 世界 测试"
+
+
+def test_empty_normalized_text_never_enters_lsh(tmp_path):
+    facts, out = _run(tmp_path, [[{"id": "p:1", "text": "!!!", "lang": None},
+                                  {"id": "p:2", "text": "???", "lang": None},
+                                  {"id": "p:3", "text": "!!!", "lang": None},
+                                  {"id": "p:4", "text": " \n\t", "lang": None}]])
+    assert _kept(out) == {"p:1", "p:2", "p:4"}  # only the exact duplicate goes
+    assert _row(out, "p:3")["reason"] == "dedup.exact_duplicate"
+    assert facts["empty_after_normalization"] == 3
+    assert facts["candidate_pairs"] == 0
+
+
+# ----------------------------------------------------------------------------- clusters
+
+
+def _chain_documents() -> dict[str, str]:
+    """A ~ B and B ~ C (Jaccard 0.6 each), A !~ C (Jaccard 1/3) at threshold 0.5.
+
+    Windows of 104 distinct words shifted by 25 words: 100 5-gram shingles each,
+    A and B share 75 (75/125 = 0.6), A and C share 50 (50/150 = 1/3).
+    """
+    words = [f"w{i:03d}" for i in range(200)]
+    return {"A": " ".join(words[0:104]), "B": " ".join(words[25:129]) + " extra",
+            "C": " ".join(words[50:154])}
+
+
+@pytest.mark.parametrize("keep, keeper", [("longest", "B"), ("smallest_id", "A")])
+def test_chain_same_keeper_in_any_input_order(tmp_path, keep, keeper):
+    docs = _chain_documents()
+    sets = {k: _shingle_set(v, "en") for k, v in docs.items()}
+    assert len(sets["A"] & sets["C"]) / len(sets["A"] | sets["C"]) == pytest.approx(1 / 3)
+    config = {"num_bands": 64, "rows_per_band": 4, "jaccard_threshold": 0.5, "keep": keep}
+    rows = [{"id": k, "text": v, "lang": "en"} for k, v in docs.items()]
+    rows += [{"id": f"z{i}", "text": f"unrelated filler document number {i} about topic {i * 7}",
+              "lang": "en"} for i in range(5)]
+    outcomes = set()
+    for attempt in range(4):
+        shuffled = random.Random(attempt).sample(rows, len(rows))
+        split = 1 + attempt  # different partitioning each time
+        _, out = _run(tmp_path / f"order{attempt}", [shuffled[:split], shuffled[split:]], **config)
+        outcomes.add((frozenset(_kept(out)),
+                      tuple(_row(out, k)["dedup_cluster"] for k in "ABC")))
+    assert outcomes == {(frozenset({keeper, "z0", "z1", "z2", "z3", "z4"}), (keeper,) * 3)}
+
+
+def test_removed_parquet_records_keeper_similarity_reason(tmp_path):
+    _run(tmp_path, [[{"id": "a", "text": "cat", "lang": "en"},
+                     {"id": "b", "text": "cat", "lang": "en"},
+                     {"id": "c", "text": "dog", "lang": "en"}]])
+    removed = pq.read_table(tmp_path / "work" / "removed.parquet").to_pylist()
+    assert removed == [{"id": "a", "keeper": "a", "similarity": None, "reason": None},
+                       {"id": "b", "keeper": "a", "similarity": 1.0, "reason": "dedup.exact_duplicate"}]
+
+
+def test_duplicate_ids_are_an_error(tmp_path):
+    with pytest.raises(ValueError, match="'x' occurs more than once"):
+        _run(tmp_path, [[{"id": "x", "text": "one"}], [{"id": "x", "text": "two"}]])
+
+
+def test_not_kept_rows_are_ignored(tmp_path):
+    facts, _ = _run(tmp_path, [[{"id": "a", "text": "cat"}, {"id": "b", "text": "cat", "keep": False}]])
+    assert facts["documents"] == 1 and facts["exact_duplicates"] == 0
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_swapped_bands_and_rows_refused_with_probability():
+    Config(num_bands=14, rows_per_band=8)  # the default is accepted
+    expected = 1 - (1 - 0.8**14) ** 8
+    with pytest.raises(pydantic.ValidationError) as err:
+        Config(num_bands=8, rows_per_band=14)
+    message = str(err.value)
+    assert f"{expected:.3f}" in message and "0.302" in message
+    assert "num_bands=8" in message and "rows_per_band=14" in message
+
+
+def test_unknown_config_key_refused():
+    with pytest.raises(pydantic.ValidationError):
+        Config(num_perm=128)
+
+
+def test_s_curve_points():
+    points = dedup.s_curve(14, 8, points=11)
+    assert points[0] == (0.0, 0.0) and points[-1] == (1.0, 1.0)
+    assert points[8][1] == pytest.approx(1 - (1 - 0.8**8) ** 14)
+    assert points[8][1] == pytest.approx(0.9235, abs=1e-4)
+    assert all(p1 <= p2 for (_, p1), (_, p2) in zip(points, points[1:]))
+
+
+# ----------------------------------------------------------------------------- MinHash
+
+
+def test_signature_equals_datasketch_and_estimates_known_jaccard():
+    set_a = np.arange(0, 1000, dtype=np.uint32)
+    set_b = np.arange(250, 1250, dtype=np.uint32)  # Jaccard 750 / 1250 = 0.6
+    offsets = np.array([0, 1000, 2000])
+    signatures = dedup.minhash_signatures(np.concatenate([set_a, set_b]), offsets, 256, seed=1)
+    for row, values in zip(signatures, (set_a, set_b)):
+        reference = MinHash(num_perm=256, seed=1, scheme="affine32", hashfunc=int)
+        reference.update_batch(values.tolist())
+        np.testing.assert_array_equal(row, reference.hashvalues)
+    assert abs(dedup.estimated_jaccard(signatures[0], signatures[1]) - 0.6) < 0.1
+
+
+def test_batched_ngram_hashes_equal_single_document():
+    texts = ["a b c d e f g", "x y", "one", "p q r s t"]
+    tokens, lengths = dedup.shingle_tokens(texts, char_shingles=False)
+    hashes, offsets = dedup.ngram_hashes(tokens, lengths, 5)
+    assert np.diff(offsets).tolist() == [3, 1, 1, 1]
+    for i, text in enumerate(texts):
+        np.testing.assert_array_equal(hashes[offsets[i]:offsets[i + 1]],
+                                      dedup.shingle_hashes(text, False, 5, 5))
+    assert len(set(hashes.tolist())) == 6
+
+
+def test_worker_process_signatures_equal_main_process(tmp_path):
+    path = _write(tmp_path / "part.parquet", [
+        {"id": "1", "text": ZH_A, "lang": "zh"}, {"id": "2", "text": "cat", "lang": "en"},
+        {"id": "3", "text": "The quick brown fox jumps over the lazy dog again.", "lang": None},
+        {"id": "4", "text": "...", "lang": None}])
+    item = (str(path), Config().model_dump(), np.arange(4))
+    rows, signatures = dedup.partition_signatures(item)
+    assert rows.tolist() == [0, 1, 2]  # "..." is empty after normalization
+    assert signatures.shape == (3, 112) and signatures.dtype == np.uint32
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        worker_rows, worker_signatures = pool.submit(dedup.partition_signatures, item).result()
+    np.testing.assert_array_equal(worker_rows, rows)
+    np.testing.assert_array_equal(worker_signatures, signatures)
