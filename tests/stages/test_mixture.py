@@ -1,0 +1,166 @@
+"""Tests for stages/mixture.py: per-source token budgets in whole documents."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pydantic
+import pytest
+
+from stages.base import Partitions, StageContext
+from stages.mixture import Config, MixtureStage, sample_source
+
+
+def _docs() -> list[tuple[str, str, int]]:
+    """(id, source, num_tokens): web 3300 tokens, books 1600, code 400."""
+    docs = [(f"web:w.jsonl:{i}", "web", 10 + (i % 11)) for i in range(220)]  # 10..20
+    docs += [(f"books:b.jsonl:{i}", "books", 30 + 5 * (i % 5)) for i in range(40)]  # 30..50
+    docs += [(f"code:c.jsonl:{i}", "code", 8) for i in range(50)]
+    return docs
+
+
+def _partitions(tmp_path: Path, docs, splits: list[int], tag: str) -> Partitions:
+    paths, bounds = [], [0, *splits, len(docs)]
+    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        part = docs[lo:hi]
+        path = tmp_path / f"{tag}-{k}.parquet"
+        pq.write_table(pa.table({
+            "id": [d[0] for d in part],
+            "source": [d[1] for d in part],
+            "text": ["x"] * len(part),
+            "tokenize_num_tokens": pa.array([d[2] for d in part], pa.int32()),
+            "keep": [True] * len(part),
+        }), path)
+        paths.append(path)
+    return Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items])
+
+
+def _fit(tmp_path: Path, name: str, docs, splits, **config):
+    ctx = StageContext(work_dir=tmp_path / name, cache_dir=tmp_path / "cache", seed=0,
+                       tools_dir=tmp_path)
+    stage = MixtureStage(Config(**config), ctx)
+    facts = stage.fit(_partitions(tmp_path, docs, splits, name))
+    plan = pq.read_table(ctx.work_dir / "repeats.parquet")
+    return stage, facts, dict(zip(plan["id"].to_pylist(), plan["repeats"].to_pylist()))
+
+
+BUDGET = 3000
+WEIGHTS = {"web": 0.5, "books": 0.3, "code": 0.2}  # web, books down; code up
+
+
+def test_available_tokens_of_fixture():
+    tokens = {}
+    for _, source, n in _docs():
+        tokens[source] = tokens.get(source, 0) + n
+    assert tokens == {"web": 3300, "books": 1600, "code": 400}
+
+
+def test_shares_up_and_down_sampling(tmp_path):
+    docs = _docs()
+    _, facts, repeats = _fit(tmp_path, "a", docs, [100], token_budget=BUDGET, weights=WEIGHTS)
+    src = facts["per_source"]
+    # web: 1500 of 3300 (ratio 0.45), books: 900 of 1600 (0.5625), code: 600 of 400 (1.5).
+    assert {s: f["target_tokens"] for s, f in src.items()} == {
+        "web": 1500, "books": 900, "code": 600}
+    assert src["code"]["ratio"] == pytest.approx(1.5)
+    assert src["web"]["ratio"] == pytest.approx(1500 / 3300)
+    longest = {"web": 20, "books": 50, "code": 8}
+    for source, f in src.items():
+        # Whole documents: within half the longest document of the target.
+        assert abs(f["realized_tokens"] - f["target_tokens"]) <= longest[source] / 2
+        assert f["realized_share"] == pytest.approx(WEIGHTS[source], abs=0.01)
+        realized = sum(n * repeats[i] for i, s, n in docs if s == source)
+        assert realized == f["realized_tokens"]
+    code = [repeats[i] for i, s, _ in docs if s == "code"]
+    assert sorted(set(code)) == [1, 2] and code.count(2) == 25  # 200 extra tokens / 8
+    assert src["code"]["epochs"] == pytest.approx(1.5)
+    web = [repeats[i] for i, s, _ in docs if s == "web"]
+    assert set(web) == {0, 1}
+    assert src["web"]["sampled_documents"] == web.count(1)
+
+
+def test_deterministic_and_order_independent(tmp_path):
+    docs = _docs()
+    _, facts_a, rep_a = _fit(tmp_path, "a", docs, [100], token_budget=BUDGET, weights=WEIGHTS)
+    _, facts_b, rep_b = _fit(tmp_path, "b", docs, [100], token_budget=BUDGET, weights=WEIGHTS)
+    shuffled = docs[:]
+    random.Random(7).shuffle(shuffled)
+    _, facts_c, rep_c = _fit(tmp_path, "c", shuffled, [13, 50, 200], token_budget=BUDGET,
+                             weights=WEIGHTS)
+    assert rep_a == rep_b == rep_c
+    assert facts_a == facts_b == facts_c
+    assert ((tmp_path / "a" / "repeats.parquet").read_bytes()
+            == (tmp_path / "c" / "repeats.parquet").read_bytes())
+
+
+def test_seed_changes_the_down_sampled_subset(tmp_path):
+    docs = _docs()
+    stage, _, rep0 = _fit(tmp_path, "s0", docs, [], token_budget=BUDGET, weights=WEIGHTS)
+    ctx = StageContext(work_dir=tmp_path / "s1", cache_dir=tmp_path, seed=1, tools_dir=tmp_path)
+    MixtureStage(stage.config, ctx).fit(_partitions(tmp_path, docs, [], "s1"))
+    plan = pq.read_table(ctx.work_dir / "repeats.parquet")
+    rep1 = dict(zip(plan["id"].to_pylist(), plan["repeats"].to_pylist()))
+    assert rep0 != rep1
+
+
+def test_process_drops_not_sampled(tmp_path):
+    docs = _docs()
+    stage, _, repeats = _fit(tmp_path, "p", docs, [], token_budget=BUDGET, weights=WEIGHTS)
+    table = pq.read_table(tmp_path / "p-0.parquet").slice(0, 30)
+    out = stage.process(table)
+    ids = table["id"].to_pylist()
+    assert out.schema.field("mixture_repeats").type == pa.int32()
+    assert out["mixture_repeats"].to_pylist() == [repeats[i] for i in ids]
+    assert out["reason"].to_pylist() == [
+        None if repeats[i] else "mixture.not_sampled" for i in ids]
+    assert 0 < out["keep"].to_pylist().count(False) < 30
+    with pytest.raises(KeyError, match="not in repeats.parquet"):
+        stage.process(pa.table({"id": ["web:new:1"], "keep": [True]}))
+
+
+def test_natural_mixture_keeps_everything_once(tmp_path):
+    docs = _docs()
+    _, facts, repeats = _fit(tmp_path, "n", docs, [7])
+    assert set(repeats.values()) == {1}
+    assert facts["realized_tokens"] == 5300
+    assert facts["per_source"]["books"]["realized_share"] == pytest.approx(1600 / 5300)
+
+
+def test_budget_without_weights_uses_natural_shares(tmp_path):
+    _, facts, _ = _fit(tmp_path, "nb", _docs(), [], token_budget=10600)
+    assert {s: f["target_tokens"] for s, f in facts["per_source"].items()} == {
+        "web": 6600, "books": 3200, "code": 800}
+    assert all(f["epochs"] == pytest.approx(2.0) for f in facts["per_source"].values())
+
+
+def test_sample_source_hand_case():
+    tokens = np.array([4, 4, 4, 4])
+    order = np.array([3, 2, 1, 0])
+    # 10 tokens: 2 docs fit (8); a 3rd gives 12, no closer (|12-10| == |8-10|).
+    assert sample_source(tokens, order, 10).tolist() == [0, 0, 1, 1]
+    assert sample_source(tokens, order, 11).tolist() == [0, 1, 1, 1]
+    # 21 tokens: one full pass (16), remainder 5 -> one more doc (20).
+    assert sample_source(tokens, order, 21).tolist() == [1, 1, 1, 2]
+    assert sample_source(tokens, order, 0).tolist() == [0, 0, 0, 0]
+    assert sample_source(np.zeros(0, np.int64), np.zeros(0, np.int64), 5).tolist() == []
+
+
+def test_errors(tmp_path):
+    docs = _docs()
+    with pytest.raises(ValueError, match=r"\['code'\] have documents but no weight"):
+        _fit(tmp_path, "e1", docs, [], token_budget=100, weights={"web": 1, "books": 1})
+    with pytest.raises(ValueError, match=r"\['news'\] have a weight but no kept tokens"):
+        _fit(tmp_path, "e2", docs, [], token_budget=100,
+             weights={**WEIGHTS, "news": 1.0})
+    with pytest.raises(ValueError, match="duplicate"):
+        _fit(tmp_path, "e3", docs + docs[:1], [], token_budget=100)
+    with pytest.raises(pydantic.ValidationError):
+        Config(weights={"web": -1.0})
+    with pytest.raises(pydantic.ValidationError):
+        Config(token_budget=0)
+    with pytest.raises(pydantic.ValidationError):
+        Config(budget=10)

@@ -1,0 +1,125 @@
+"""Tests for stages/packing.py: document order, packing, sample shuffle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stages.packing import document_order, pack, shuffle_samples
+
+
+def _docs(lengths: list[int]) -> list[np.ndarray]:
+    """Document d holds tokens 1000*(d+1) + 0..len-1, so pieces are traceable."""
+    return [np.arange(n, dtype=np.int32) + 1000 * (d + 1) for d, n in enumerate(lengths)]
+
+
+def test_pack_hand_case():
+    docs = _docs([5, 3, 9])
+    order = np.array([[0, 0], [1, 0], [2, 0]])
+    samples, segments = pack(docs, order, seq_length=7)
+    # 17 tokens, windows of 8: 2 samples, 1 token (the last of doc 2) dropped.
+    assert samples.dtype == np.int32 and samples.shape == (2, 8)
+    assert samples.tolist() == [
+        [1000, 1001, 1002, 1003, 1004, 2000, 2001, 2002],
+        [3000, 3001, 3002, 3003, 3004, 3005, 3006, 3007]]
+    assert segments.to_pydict() == {
+        "sample_index": [0, 0, 1],
+        "doc_index": [0, 1, 2],
+        "repeat": [0, 0, 0],
+        "doc_token_start": [0, 0, 0],
+        "doc_token_end": [5, 3, 8],
+        "sample_token_start": [0, 5, 0],
+        "sample_token_end": [5, 8, 8],
+    }
+    meta = segments.schema.metadata
+    assert meta[b"dropped_tail_tokens"] == b"1" and meta[b"total_tokens"] == b"17"
+
+
+def test_pack_document_spanning_samples_and_repeats():
+    docs = _docs([5, 3, 9])
+    order = np.array([[2, 0], [0, 0], [2, 1]])  # doc 2 twice
+    samples, segments = pack(docs, order, seq_length=3)  # windows of 4; 23 tokens
+    assert samples.shape == (5, 4)
+    rows = list(zip(*segments.to_pydict().values()))
+    assert rows == [
+        (0, 2, 0, 0, 4, 0, 4), (1, 2, 0, 4, 8, 0, 4), (2, 2, 0, 8, 9, 0, 1),
+        (2, 0, 0, 0, 3, 1, 4), (3, 0, 0, 3, 5, 0, 2), (3, 2, 1, 0, 2, 2, 4),
+        (4, 2, 1, 2, 6, 0, 4)]
+    assert segments.schema.metadata[b"dropped_tail_tokens"] == b"3"
+
+
+def test_segments_give_back_every_document():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 60, size=40).tolist()
+    docs = _docs(lengths)
+    repeats = rng.integers(0, 3, size=40)
+    order = document_order([f"d{i}" for i in range(40)], repeats, seed=3)
+    samples, seg = pack(docs, order, seq_length=16)
+    s = seg.to_pydict()
+    pieces: dict[tuple[int, int], list[int]] = {}
+    for k in range(seg.num_rows):
+        window = samples[s["sample_index"][k], s["sample_token_start"][k]:s["sample_token_end"][k]]
+        doc = docs[s["doc_index"][k]][s["doc_token_start"][k]:s["doc_token_end"][k]]
+        assert window.tolist() == doc.tolist()
+        pieces.setdefault((s["doc_index"][k], s["repeat"][k]), []).extend(doc.tolist())
+    # Every copy is whole, except those reaching into the dropped tail.
+    dropped = int(seg.schema.metadata[b"dropped_tail_tokens"])
+    total = int(sum(lengths[d] for d, _ in order))
+    assert total == samples.size + dropped and dropped < 17
+    end = 0
+    for d, r in order.tolist():
+        got, end = pieces.get((d, r), []), end + lengths[d]
+        if end <= samples.size:
+            assert got == docs[d].tolist()
+        else:  # reaches into the tail: a prefix (possibly empty) survives
+            assert got == docs[d][: len(got)].tolist()
+            assert len(got) == max(0, lengths[d] - (end - samples.size))
+    # Pieces tile the samples exactly.
+    starts, ends = s["sample_token_start"], s["sample_token_end"]
+    assert sum(e - b for b, e in zip(starts, ends)) == samples.size
+
+
+def test_pack_edge_cases():
+    samples, seg = pack([], np.zeros((0, 2), np.int64), seq_length=8)
+    assert samples.shape == (0, 9) and seg.num_rows == 0
+    samples, seg = pack(_docs([4]), np.array([[0, 0]]), seq_length=8)  # shorter than a window
+    assert samples.shape == (0, 9) and seg.schema.metadata[b"dropped_tail_tokens"] == b"4"
+    samples, seg = pack([np.zeros(0, np.int32), *_docs([4])], np.array([[0, 0], [1, 0]]), 3)
+    assert samples.shape == (1, 4) and seg.column("doc_index").to_pylist() == [1]
+    with pytest.raises(ValueError, match="seq_length"):
+        pack(_docs([4]), np.array([[0, 0]]), seq_length=0)
+    with pytest.raises(ValueError, match="outside"):
+        pack(_docs([4]), np.array([[1, 0]]), seq_length=2)
+
+
+def test_document_order_copies_and_order_independence():
+    ids = ["web:a:1", "web:a:2", "books:b:1", "code:c:1"]
+    repeats = np.array([2, 0, 1, 3])
+    order = document_order(ids, repeats, seed=0)
+    assert order.dtype == np.int64 and order.shape == (6, 2)
+    assert sorted(map(tuple, order.tolist())) == [
+        (0, 0), (0, 1), (2, 0), (3, 0), (3, 1), (3, 2)]
+    assert np.array_equal(order, document_order(ids, repeats, seed=0))
+    # Reversed input: the same sequence of (id, repeat).
+    rev = document_order(ids[::-1], repeats[::-1], seed=0)
+    assert [(ids[d], r) for d, r in order.tolist()] == \
+        [(ids[::-1][d], r) for d, r in rev.tolist()]
+    many = [f"doc{i}" for i in range(50)]
+    assert not np.array_equal(document_order(many, np.ones(50), 0),
+                              document_order(many, np.ones(50), 1))
+    with pytest.raises(ValueError, match="duplicate"):
+        document_order(["a", "a"], np.array([1, 1]), 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        document_order(["a"], np.array([-1]), 0)
+
+
+def test_shuffle_samples():
+    perm = shuffle_samples(1000, seed=0)
+    assert perm.dtype == np.int64
+    assert np.array_equal(np.sort(perm), np.arange(1000))
+    assert np.array_equal(perm, shuffle_samples(1000, seed=0))
+    assert not np.array_equal(perm, shuffle_samples(1000, seed=1))
+    assert not np.array_equal(perm, np.arange(1000))
+    assert shuffle_samples(0, seed=0).tolist() == []
+    with pytest.raises(ValueError):
+        shuffle_samples(-1, seed=0)
