@@ -207,9 +207,8 @@ def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, s
     t1 = time.perf_counter()
     executor.map(process_partition, todo)
     per_source = _counts(outputs)
-    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"],
-              "seconds": {"fit": state["fit_seconds"], "process": round(time.perf_counter() - t1, 2)}}
-    state.update(done=True, report=report)
+    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"]}
+    state.update(done=True, report=report, process_seconds=round(time.perf_counter() - t1, 2))
     write_json_atomic(state, out_dir / STATE)
     tot = report["totals"]
     log(f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
@@ -439,7 +438,8 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         "ingest": {"per_source": ingest_counts, "partitions": len(parts)},
         "stages": stage_reports,
         "accounting": accounting,
-        "tokenizer": {"file": "tokenizer.json", **tok},
+        "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
+                      **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
         "mixture": stage_reports["mixture"]["fit"],
         **out,
         "files": files,

@@ -1,0 +1,521 @@
+"""Perplexity filter: score each document with a KenLM n-gram model of its
+language, trained on a trusted reference source (CCNet, Wenzek et al. 2020).
+
+``fit`` trains one model per language from the kept documents of
+``config.reference_source``, measures the reference perplexity distribution on
+held-out reference documents (2-fold cross-fitting, see
+:func:`reference_perplexities`) and writes ``models.json``; ``process`` scores
+every document whose language has a model and drops those above the
+language's threshold with reason ``perplexity.above_threshold``.
+
+Text seen by the model (training and scoring alike), per line of a document:
+NFKC, lowercase, accents stripped, digits -> ``0``, punctuation unified
+(:func:`normalize`), then split into tokens (:func:`tokenize`): words from
+:func:`stages.text.words` (rjieba for Chinese, one token per CJK character for
+Japanese/Korean, letter/digit runs elsewhere) with every punctuation or symbol
+character as a token of its own. See docs/stages/perplexity.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pydantic
+
+from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
+from stages.text import nfkc, words
+
+REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
+BUCKETS = ("head", "middle", "tail")
+# Bump when normalize()/tokenize() change: part of every model's cache key.
+TEXT_VERSION = "ccnet-norm-1"
+KENLM_VERSION = "0.3.0"
+
+
+class Config(StageConfig):
+    """Perplexity stage config (``stages.perplexity`` in the build config).
+
+    Attributes:
+        reference_source: the ``source`` whose kept documents train the models
+            (e.g. a Wikipedia-like, curated source; CCNet trained on Wikipedia).
+        order: n-gram order for ``lmplz -o``; default 5 as CCNet. Must be >= 2
+            (an order-1 model ignores context, so it measures word frequency,
+            not fluency).
+        min_reference_chars: a language gets a model only with at least this
+            many characters (``len(text)``) of reference text; default 100,000,
+            our choice: the smallest reference of our dev corpus that we use,
+            fortunes en, has 96k characters and is too small for stable
+            5-gram estimates, debref en/zh (306k-556k) are enough
+            (docs/stages/perplexity.md).
+        max_percentile: drop documents whose perplexity is above this
+            percentile (0-100) of the held-out reference distribution of their
+            language. Default 95: by construction it drops about 5% of
+            documents that are as good as held-out reference text, and keeps
+            anything better than the worst 5% of the reference. None turns the
+            percentile rule off.
+        max_perplexity: explicit per-language cut-offs (language -> perplexity);
+            they take precedence over ``max_percentile``.
+        bucket_percentiles: the percentiles of the reference distribution that
+            split ``head``/``middle``/``tail``; (33, 66) as CCNet.
+        action: ``drop`` removes documents above threshold; ``annotate`` only
+            adds the columns.
+        languages: restrict models to these ``langid_lang`` codes; None = every
+            language with enough reference text.
+        lmplz_memory: ``lmplz -S`` (sort memory: ``10%`` of RAM or a size such
+            as ``512M``); default ``10%`` because lmplz's own default is 80%
+            of RAM (notes/dependencies.md). lmplz allocates all of it up front
+            (0.9 s of page faults at 10% of 24 GiB, measured), so tests pass a
+            small size. It does not change the model (identical ARPA output,
+            measured), so it is not part of the model cache key.
+    """
+
+    reference_source: str
+    order: int = 5
+    min_reference_chars: int = pydantic.Field(100_000, ge=1)
+    max_percentile: float | None = pydantic.Field(95.0, gt=0, le=100)
+    max_perplexity: dict[str, float] = {}
+    bucket_percentiles: tuple[float, float] = (33.0, 66.0)
+    action: Literal["drop", "annotate"] = "drop"
+    languages: list[str] | None = None
+    lmplz_memory: str = pydantic.Field("10%", pattern=r"^[0-9]+(\.[0-9]+)?[%bKMGTkmgt]?$")
+
+    @pydantic.field_validator("order")
+    @classmethod
+    def _order_at_least_2(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(
+                f"perplexity.order must be >= 2 (got {value}): an order-{value} model "
+                "scores words without context; CCNet uses 5")
+        return value
+
+    @pydantic.field_validator("max_perplexity")
+    @classmethod
+    def _positive_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"perplexity.max_perplexity values must be finite and > 0: {bad}")
+        return value
+
+    @pydantic.field_validator("bucket_percentiles")
+    @classmethod
+    def _ordered_buckets(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < value[0] < value[1] < 100:
+            raise ValueError(f"perplexity.bucket_percentiles must satisfy 0 < a < b < 100: {value}")
+        return value
+
+
+# --------------------------------------------------------------------------- text
+
+_UNICODE_PUNCT = {  # CCNet text_normalizer.UNICODE_PUNCT, plus CJK brackets; applied after NFKC
+    "，": ",", "。": ".", "、": ",", "„": '"', "”": '"', "“": '"', "«": '"', "»": '"',
+    "」": '"', "「": '"', "『": '"', "』": '"', "《": '"', "》": '"', "´": "'", "∶": ":",
+    "：": ":", "？": "?", "！": "!", "（": "(", "）": ")", "；": ";", "–": "-", "—": "-",
+    "．": ".", "～": "~", "’": "'", "‘": "'", "…": "...", "━": "-", "〈": "<", "〉": ">",
+    "【": "[", "】": "]", "％": "%", "►": "-", "・": ".", "·": ".",
+}
+_PUNCT_TRANS = str.maketrans(_UNICODE_PUNCT)
+_DIGIT_RE = re.compile(r"\d")
+# One punctuation/symbol character; an apostrophe or hyphen between two word
+# characters stays inside the word ("don't", "e-mail"), as in stages.text.words.
+_PUNCT_RE = re.compile(r"[^\w\s'\-]|_|(?<!\w)['\-]|['\-](?!\w)")
+# Kana voicing marks (U+3099/U+309A) are meaning-bearing, not accents.
+_KANA_MARKS = frozenset("\u3099\u309a")
+
+
+def normalize(line: str) -> str:
+    """CCNet's normalization of one line (Wenzek et al. 2020, ``text_normalizer``).
+
+    NFKC (folds full-width forms), lowercase, strip combining accents
+    (``é`` -> ``e``; kana voicing marks and Hangul are preserved), every
+    Unicode decimal digit -> ``0``, CJK/typographic punctuation mapped to ASCII
+    (``，`` -> ``,``, ``。`` -> ``.``, ``“`` -> ``"``), control characters
+    removed. Never raises; ``""`` gives ``""``.
+    """
+    text = nfkc(line).lower()
+    decomposed = unicodedata.normalize("NFD", text)
+    text = unicodedata.normalize("NFC", "".join(
+        ch for ch in decomposed
+        if unicodedata.category(ch) != "Mn" or ch in _KANA_MARKS))
+    text = _DIGIT_RE.sub("0", text).translate(_PUNCT_TRANS)
+    return "".join(ch for ch in text if ch in "\t" or unicodedata.category(ch)[0] != "C")
+
+
+def tokenize(line: str, lang: str | None) -> list[str]:
+    """Split one *normalized* line into the tokens the n-gram model sees.
+
+    Words come from :func:`stages.text.words` (rjieba for ``zh``/``yue``/
+    ``wuu``; one token per CJK character for ``ja``/``ko``; letter/digit runs
+    otherwise); each punctuation or symbol character between them is one token.
+    Token order follows the text. Returns ``[]`` for a line with neither.
+    """
+    tokens: list[str] = []
+    pos = 0
+    for match in _PUNCT_RE.finditer(line):
+        if match.start() > pos:
+            tokens.extend(words(line[pos:match.start()], lang))
+        tokens.append(match.group())
+        pos = match.end()
+    if pos < len(line):
+        tokens.extend(words(line[pos:], lang))
+    return tokens
+
+
+def document_sentences(text: str, lang: str | None) -> list[str]:
+    """A document as model input: one space-joined token line per text line
+    that has at least one token (blank lines are layout and are skipped)."""
+    out = []
+    for line in text.split("\n"):
+        tokens = tokenize(normalize(line), lang)
+        if tokens:
+            out.append(" ".join(tokens))
+    return out
+
+
+# ----------------------------------------------------------------- scoring
+
+def load_model(path: str):
+    """Load a KenLM model once per process (cached by path, inode, size and
+    mtime, so a model rewritten by a new ``fit`` is reloaded).
+
+    Raises:
+        RuntimeError: the file is missing or not a KenLM ARPA/binary model;
+            the message names the file.
+    """
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise RuntimeError(f"perplexity: KenLM model file {path} cannot be read: {exc}") from exc
+    return _load_model(path, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_model(path: str, *_stat_key):
+    import kenlm
+
+    try:
+        return kenlm.Model(path)
+    except Exception as exc:  # kenlm raises OSError with a C++ message
+        raise RuntimeError(f"perplexity: cannot read KenLM model file {path}: {exc}") from exc
+
+
+def score_sentences(model, sentences: list[str]) -> tuple[float, int]:
+    """Return ``(sum of log10 p, number of tokens)`` over ``sentences``.
+
+    Each sentence is scored with ``<s>`` context and a final ``</s>``; the
+    token count is the tokens of the sentence plus one for ``</s>`` (as CCNet's
+    ``DocLM`` and KenLM's own ``perplexity`` do). ``<s>`` is context, not a
+    scored token. The per-token log10 probabilities of ``full_scores`` are
+    summed in float64 (``Model.score`` sums in float32: 4e-8 relative error).
+    """
+    log10_sum = 0.0
+    tokens = 0
+    for sentence in sentences:
+        for log10_prob, _ngram_length, _oov in model.full_scores(sentence, bos=True, eos=True):
+            log10_sum += log10_prob
+            tokens += 1
+    return log10_sum, tokens
+
+
+def perplexity(log10_sum: float, tokens: int) -> float | None:
+    """``10 ** (-log10_sum / tokens)``; None when there are no tokens."""
+    if tokens <= 0:
+        return None
+    return float(10.0 ** (-log10_sum / tokens))
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default) of sorted values, q in [0, 100]."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty list")
+    rank = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (rank - lo)
+
+
+# ----------------------------------------------------------------- training
+
+def reference_documents(path: Path, reference_source: str,
+                        languages: list[str] | None) -> list[tuple[str, str, int, list[str]]]:
+    """Read one partition's kept reference documents as model input.
+
+    Returns:
+        ``(id, lang, characters, sentences)`` per kept document of
+        ``reference_source`` with a non-null ``langid_lang`` (in ``languages``
+        when given), in row order. Top-level so ``Partitions.map`` can pickle it.
+    """
+    table = read_kept(path, ["id", "source", "text", "langid_lang"])
+    out = []
+    for doc_id, source, text, lang in zip(*(table[c].to_pylist() for c in
+                                            ("id", "source", "text", "langid_lang"))):
+        if source != reference_source or lang is None:
+            continue
+        if languages is not None and lang not in languages:
+            continue
+        out.append((doc_id, lang, len(text), document_sentences(text, lang)))
+    return out
+
+
+def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir: Path,
+                memory: str = "10%") -> Path:
+    """Train (or fetch from cache) a KenLM binary model on token lines.
+
+    Runs ``lmplz -o ORDER -S MEMORY --discount_fallback`` (``-S``: lmplz's
+    default is 80% of RAM; ``--discount_fallback``: Kneser-Ney discounts cannot
+    be estimated on small corpora; both from notes/dependencies.md), then
+    ``build_binary`` (probing hash table).
+
+    The cache key is the sha256 of the token lines, the order, the lmplz flags,
+    the KenLM version and :data:`TEXT_VERSION`; a model under
+    ``cache_dir/kenlm/<key>/model.binary`` is reused, not retrained.
+
+    Returns:
+        Path to ``model.binary``.
+    Raises:
+        FileNotFoundError: ``lmplz``/``build_binary`` missing from ``tools_dir``
+            (build them with ``tools/build_kenlm.sh``).
+        RuntimeError: lmplz or build_binary failed (their stderr is included).
+    """
+    lmplz, build_binary = Path(tools_dir) / "lmplz", Path(tools_dir) / "build_binary"
+    for tool in (lmplz, build_binary):
+        if not os.access(tool, os.X_OK):
+            raise FileNotFoundError(f"perplexity: {tool} not found or not executable; "
+                                    "run tools/build_kenlm.sh")
+    root = Path(cache_dir) / "kenlm"
+    root.mkdir(parents=True, exist_ok=True)
+    flags = ["-o", str(order), "--discount_fallback"]
+    digest = hashlib.sha256(json.dumps([TEXT_VERSION, KENLM_VERSION, flags]).encode())
+    with tempfile.TemporaryDirectory(dir=root, prefix=".train-") as tmp:
+        text_path = Path(tmp) / "train.txt"
+        with open(text_path, "w", encoding="utf-8") as fh:
+            for sentence in sentences:
+                line = sentence + "\n"
+                fh.write(line)
+                digest.update(line.encode())
+        final = root / digest.hexdigest()
+        model = final / "model.binary"
+        if model.is_file():
+            return model
+        arpa, binary = Path(tmp) / "model.arpa", Path(tmp) / "model.binary"
+        _run([str(lmplz), *flags, "-S", memory, "-T", tmp,
+              "--text", str(text_path), "--arpa", str(arpa)])
+        _run([str(build_binary), str(arpa), str(binary)])
+        staged = Path(tmp) / "out"
+        staged.mkdir()
+        os.replace(binary, staged / "model.binary")
+        try:
+            os.replace(staged, final)  # atomic; a concurrent builder may win the race
+        except OSError:
+            if not model.is_file():
+                raise
+    return model
+
+
+def _run(cmd: list[str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"perplexity: {Path(cmd[0]).name} failed (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[-2000:]}")
+
+
+def reference_perplexities(docs: list[tuple[str, str, int, list[str]]], order: int,
+                           tools_dir: Path, cache_dir: Path,
+                           memory: str = "10%") -> tuple[list[float], str]:
+    """Held-out perplexities of reference documents by 2-fold cross-fitting.
+
+    Documents go to fold ``sha256(id)[0] & 1``; each fold is scored by a model
+    trained on the other fold. A model scoring its own training text gives
+    far lower perplexities (in-sample 5-grams memorise), so thresholds from
+    in-sample scores would drop almost all new text. Half-size models are a
+    little worse than the full model, so the cut-offs err towards keeping.
+    When a fold is empty (a single document) the full model's in-sample
+    scores are the fallback.
+
+    Returns:
+        (perplexities of documents with tokens, sorted ascending; ``"2-fold"``
+        or ``"in-sample"``).
+    """
+    folds: list[list] = [[], []]
+    for doc in docs:
+        folds[hashlib.sha256(doc[0].encode()).digest()[0] & 1].append(doc)
+    if not folds[0] or not folds[1]:
+        model = load_model(str(train_kenlm(
+            (s for d in docs for s in d[3]), order, tools_dir, cache_dir, memory)))
+        pairs, method = [(model, docs)], "in-sample"
+    else:
+        pairs, method = [], "2-fold"
+        for held, train in ((0, 1), (1, 0)):
+            model = load_model(str(train_kenlm(
+                (s for d in folds[train] for s in d[3]), order, tools_dir, cache_dir, memory)))
+            pairs.append((model, folds[held]))
+    values = []
+    for model, held_docs in pairs:
+        for doc in held_docs:
+            value = perplexity(*score_sentences(model, doc[3]))
+            if value is not None:
+                values.append(value)
+    return sorted(values), method
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------- stage
+
+class PerplexityStage(Stage):
+    """CCNet-style perplexity filter (Wenzek et al. 2020).
+
+    Adds ``perplexity_value`` (float64: ``10 ** (-sum log10 p / tokens)`` over
+    the document's lines, tokens counting one ``</s>`` per line; null when the
+    document's language has no model or the document has no tokens) and
+    ``perplexity_bucket`` (string ``head``/``middle``/``tail``, split at
+    ``bucket_percentiles`` of the held-out reference distribution; null when
+    unmeasured). Documents above their language's threshold get reason
+    ``perplexity.above_threshold`` (``action="drop"``). Documents of languages
+    without a model are kept unmeasured.
+    """
+
+    name = "perplexity"
+    Config = Config
+
+    def __init__(self, config: Config, ctx: StageContext):
+        super().__init__(config, ctx)
+        self._models_json: dict[str, Any] | None = None
+
+    def fit(self, partitions: Partitions) -> dict[str, Any]:
+        """Train one model per language on the reference source; write
+        ``ctx.work_dir/models.json`` and ``ctx.work_dir/<lang>.binary``.
+
+        Returns:
+            Manifest facts: ``{"reference_source", "order", "languages": {lang:
+            {"model_sha256", "reference_docs", "reference_chars",
+            "reference_tokens", "distribution", "threshold", "threshold_from",
+            "bucket_cutoffs"}}, "skipped": {lang: reason}}``.
+        """
+        cfg: Config = self.config
+        mapped = partitions.map(
+            functools.partial(reference_documents, reference_source=cfg.reference_source,
+                              languages=cfg.languages),
+            list(partitions.paths))
+        by_lang: dict[str, list] = {}
+        for part in mapped:
+            for doc in part:
+                by_lang.setdefault(doc[1], []).append(doc)
+
+        work_dir = Path(self.ctx.work_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        models: dict[str, Any] = {}
+        facts: dict[str, Any] = {}
+        skipped: dict[str, str] = {}
+        for lang in sorted(by_lang):
+            docs = by_lang[lang]
+            chars = sum(d[2] for d in docs)
+            if chars < cfg.min_reference_chars:
+                skipped[lang] = f"{chars} reference chars < min_reference_chars"
+                continue
+            model_path = train_kenlm((s for d in docs for s in d[3]), cfg.order,
+                                     self.ctx.tools_dir, self.ctx.cache_dir, cfg.lmplz_memory)
+            local = work_dir / f"{lang}.binary"
+            local.unlink(missing_ok=True)
+            try:
+                os.link(model_path, local)
+            except OSError:
+                shutil.copyfile(model_path, local)
+            values, method = reference_perplexities(docs, cfg.order, self.ctx.tools_dir,
+                                                    self.ctx.cache_dir, cfg.lmplz_memory)
+            if not values:
+                skipped[lang] = "no reference document has tokens"
+                local.unlink()
+                continue
+            if lang in cfg.max_perplexity:
+                threshold, source = cfg.max_perplexity[lang], "max_perplexity"
+            elif cfg.max_percentile is not None:
+                threshold = percentile(values, cfg.max_percentile)
+                source = f"p{cfg.max_percentile:g} of reference"
+            else:
+                threshold, source = None, "none"
+            cutoffs = [percentile(values, q) for q in cfg.bucket_percentiles]
+            models[lang] = {"model": local.name, "threshold": threshold, "bucket_cutoffs": cutoffs}
+            facts[lang] = {
+                "model_sha256": _sha256_file(local),
+                "reference_docs": len(docs),
+                "reference_chars": chars,
+                "reference_tokens": sum(s.count(" ") + 2 for d in docs for s in d[3]),
+                "distribution": method,
+                "threshold": threshold,
+                "threshold_from": source,
+                "bucket_cutoffs": cutoffs,
+            }
+        for lang in sorted(set(cfg.max_perplexity) - set(models)):
+            skipped.setdefault(lang, "max_perplexity given but no model")
+        tmp = work_dir / "models.json.tmp"
+        tmp.write_text(json.dumps({"order": cfg.order, "action": cfg.action,
+                                   "languages": models}, indent=2, sort_keys=True))
+        os.replace(tmp, work_dir / "models.json")
+        self._models_json = None
+        return {"reference_source": cfg.reference_source, "order": cfg.order,
+                "languages": facts, "skipped": skipped}
+
+    def _models(self) -> dict[str, Any]:
+        if self._models_json is None:
+            path = Path(self.ctx.work_dir) / "models.json"
+            if not path.is_file():
+                raise RuntimeError(f"perplexity: {path} missing; run PerplexityStage.fit first")
+            self._models_json = json.loads(path.read_text())
+        return self._models_json
+
+    def process(self, table: pa.Table) -> pa.Table:
+        """Score each document; see the class docstring for columns and reasons.
+
+        Args:
+            table: document table with ``text`` and ``langid_lang``.
+        Raises:
+            ValueError: no ``langid_lang`` column.
+            RuntimeError: ``models.json`` missing, or a model file unreadable.
+        """
+        if "langid_lang" not in table.column_names:
+            raise ValueError("perplexity: input table has no langid_lang column "
+                             "(run the langid stage first)")
+        languages = self._models()["languages"]
+        drop = self.config.action == "drop"
+        values: list[float | None] = []
+        buckets: list[str | None] = []
+        reasons: list[str | None] = []
+        for text, lang in zip(table["text"].to_pylist(), table["langid_lang"].to_pylist()):
+            entry = languages.get(lang) if lang is not None else None
+            value = None
+            if entry is not None:
+                model = load_model(str(Path(self.ctx.work_dir) / entry["model"]))
+                value = perplexity(*score_sentences(model, document_sentences(text, lang)))
+            values.append(value)
+            if value is None:
+                buckets.append(None)
+                reasons.append(None)
+                continue
+            low, high = entry["bucket_cutoffs"]
+            buckets.append(BUCKETS[(value > low) + (value > high)])
+            threshold = entry["threshold"]
+            above = threshold is not None and value > threshold
+            reasons.append(REASON_ABOVE_THRESHOLD if drop and above else None)
+        return with_decision(table, {
+            "perplexity_value": pa.array(values, pa.float64()),
+            "perplexity_bucket": pa.array(buckets, pa.string()),
+        }, reasons)

@@ -1,0 +1,200 @@
+"""Tests for stages/perplexity.py: tiny KenLM models trained with tools/bin/lmplz."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pydantic
+import pytest
+
+import stages.perplexity as ppl
+from stages.base import Partitions, StageContext
+from stages.perplexity import Config, PerplexityStage, document_sentences
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools" / "bin"
+pytestmark = pytest.mark.skipif(
+    not (TOOLS / "lmplz").exists() or not (TOOLS / "build_binary").exists(),
+    reason="tools/bin/lmplz missing: run tools/build_kenlm.sh first")
+
+SUBJECTS = ["the cat", "a dog", "my friend", "the teacher", "our neighbour"]
+VERBS = ["sat on", "looked at", "walked to", "cleaned", "painted"]
+OBJECTS = ["the mat.", "a red door.", "the old house.", "the garden."]
+ZH = ["我们今天去北京。", "他明天回上海。", "我们明天去上海。", "他今天回北京。"]
+
+
+def _english_docs() -> list[str]:
+    sentences = [f"{s.capitalize()} {v} {o}"
+                 for s, v, o in itertools.product(SUBJECTS, VERBS, OBJECTS)]
+    return ["\n".join(sentences[i:i + 10]) for i in range(0, len(sentences), 10)]  # 10 documents
+
+
+def _write(path: Path, rows: list[tuple[str, str, str | None]]) -> Path:
+    """rows: (source, text, langid_lang); every row kept."""
+    pq.write_table(pa.table({
+        "id": [f"{src}:f:{i + 1}" for i, (src, _, _) in enumerate(rows)],
+        "source": [r[0] for r in rows],
+        "text": [r[1] for r in rows],
+        "langid_lang": pa.array([r[2] for r in rows], pa.string()),
+        "keep": [True] * len(rows),
+    }), path)
+    return path
+
+
+def _table(rows: list[tuple[str, str | None]]) -> pa.Table:
+    return pa.table({"id": [f"web:x:{i}" for i in range(len(rows))],
+                     "source": ["web"] * len(rows),
+                     "text": [r[0] for r in rows],
+                     "langid_lang": pa.array([r[1] for r in rows], pa.string()),
+                     "keep": [True] * len(rows), "reason": pa.nulls(len(rows), pa.string())})
+
+
+def _ctx(tmp: Path, cache: Path | None = None) -> StageContext:
+    return StageContext(work_dir=tmp / "work", cache_dir=cache or tmp / "cache", seed=0,
+                        tools_dir=TOOLS)
+
+
+def _partitions(tmp: Path) -> Partitions:
+    rows = [("ref", text, "en") for text in _english_docs()]
+    rows += [("ref", text, "zh") for text in ZH]          # 32 chars: below min_reference_chars
+    rows += [("web", "The cat sat on the mat.", "en")]    # not reference: never trained on
+    return Partitions([_write(tmp / "part-00000.parquet", rows)],
+                      mapper=lambda fn, items: [fn(i) for i in items])
+
+
+def _fit(tmp: Path, cache: Path | None = None, **overrides) -> tuple[PerplexityStage, dict]:
+    cfg = Config(**{"reference_source": "ref", "order": 3, "min_reference_chars": 1000,
+                    "lmplz_memory": "64M", **overrides})
+    stage = PerplexityStage(cfg, _ctx(tmp, cache))
+    return stage, stage.fit(_partitions(tmp))
+
+
+def test_normalization_and_tokens():
+    assert document_sentences("The Café sat, 2024!\n\n  \nA “dog” ran…", "en") == [
+        "the cafe sat , 0000 !", 'a " dog " ran . . .']
+    assert document_sentences("我们今天去北京，买了３本书。", "zh") == [
+        "我们 今天 去 北京 , 买 了 0 本书 ."]
+    assert document_sentences("がくせい", "ja") == ["が く せ い"]  # voicing mark kept
+    assert document_sentences(" \n\t", "en") == []
+
+
+def test_value_equals_hand_computation_with_full_scores(tmp_path):
+    import kenlm
+
+    stage, facts = _fit(tmp_path)
+    assert set(facts["languages"]) == {"en"}
+    assert facts["languages"]["en"]["reference_docs"] == 10
+    assert facts["languages"]["en"]["distribution"] == "2-fold"
+    doc = "The cat sat on a red door.\n\nMy dog cleaned the mat!"
+    out = stage.process(_table([(doc, "en")]))
+
+    model = kenlm.Model(str(tmp_path / "work" / "en.binary"))
+    scores = [s[0] for line in ("the cat sat on a red door .", "my dog cleaned the mat !")
+              for s in model.full_scores(line, bos=True, eos=True)]
+    assert len(scores) == 9 + 7  # 8 and 6 tokens (punctuation included), plus </s> per line
+    expected = 10 ** (-sum(scores) / len(scores))
+    assert out["perplexity_value"][0].as_py() == pytest.approx(expected, rel=1e-9)
+    assert 1.0 < expected < 100.0
+
+
+def test_order_below_2_refused():
+    with pytest.raises(pydantic.ValidationError, match="order must be >= 2"):
+        Config(reference_source="ref", order=1)
+    with pytest.raises(pydantic.ValidationError):
+        Config(reference_source="ref", unknown_key=1)
+
+
+def test_unreadable_model_file_names_the_file(tmp_path):
+    stage, _ = _fit(tmp_path)
+    model = tmp_path / "work" / "en.binary"
+    model.unlink()                         # a hard link to the cache: replace, do not overwrite
+    model.write_bytes(b"not a kenlm model\n")
+    fresh = PerplexityStage(stage.config, stage.ctx)
+    with pytest.raises(RuntimeError, match=r"cannot read KenLM model file .*en\.binary"):
+        fresh.process(_table([("the cat sat on the mat.", "en")]))
+
+
+def test_language_without_model_kept_unmeasured(tmp_path):
+    stage, facts = _fit(tmp_path)
+    assert "zh" in facts["skipped"]        # 32 reference chars < 1000
+    out = stage.process(_table([("我们今天去北京。", "zh"), ("Bonjour tout le monde.", "fr"),
+                                ("unknown language", None), (" \n ", "en")]))
+    assert out["keep"].to_pylist() == [True] * 4
+    assert out["reason"].to_pylist() == [None] * 4
+    assert out["perplexity_value"].to_pylist() == [None] * 4   # en row: no tokens
+    assert out["perplexity_bucket"].to_pylist() == [None] * 4
+    assert out.schema.field("perplexity_value").type == pa.float64()
+
+
+def test_threshold_drop_and_annotate(tmp_path):
+    good, bad = "The cat sat on the mat.", "Mat the on door red painted garden cat."
+    stage, _ = _fit(tmp_path)
+    values = stage.process(_table([(good, "en"), (bad, "en")]))["perplexity_value"].to_pylist()
+    assert values[0] < values[1]
+    cut = math.sqrt(values[0] * values[1])
+
+    stage, facts = _fit(tmp_path, max_perplexity={"en": cut})
+    assert facts["languages"]["en"]["threshold"] == cut
+    out = stage.process(_table([(good, "en"), (bad, "en"), ("我们", "zh")]))
+    assert out["keep"].to_pylist() == [True, False, True]
+    assert out["reason"].to_pylist() == [None, "perplexity.above_threshold", None]
+
+    stage, _ = _fit(tmp_path, max_perplexity={"en": cut}, action="annotate")
+    out = stage.process(_table([(good, "en"), (bad, "en")]))
+    assert out["keep"].to_pylist() == [True, True]
+    assert out["perplexity_value"].to_pylist() == pytest.approx(values)
+
+
+def test_percentile_threshold_and_buckets(tmp_path):
+    stage, facts = _fit(tmp_path, max_percentile=50, bucket_percentiles=(20, 80))
+    en = facts["languages"]["en"]
+    low, high = en["bucket_cutoffs"]
+    assert low < en["threshold"] < high
+    assert en["threshold_from"] == "p50 of reference"
+    docs = [("The cat sat on the mat.", "en"), ("Mat the on door red painted garden cat.", "en"),
+            ("A dog walked to the garden.", "en")]
+    out = stage.process(_table(docs))
+    for value, bucket, reason in zip(*(out[c].to_pylist() for c in
+                                       ("perplexity_value", "perplexity_bucket", "reason"))):
+        assert bucket == ("head" if value <= low else "middle" if value <= high else "tail")
+        assert reason == ("perplexity.above_threshold" if value > en["threshold"] else None)
+    assert "tail" in out["perplexity_bucket"].to_pylist()
+
+
+def test_percentile_matches_numpy():
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    for q in (0, 33, 50, 66, 95, 100):
+        assert ppl.percentile(sorted(values), q) == pytest.approx(np.percentile(values, q))
+
+
+def test_cache_hit_does_not_retrain(tmp_path, monkeypatch):
+    calls = []
+    real_run = ppl._run
+    monkeypatch.setattr(ppl, "_run", lambda cmd: (calls.append(Path(cmd[0]).name), real_run(cmd)))
+    cache = tmp_path / "cache"
+    (tmp_path / "a").mkdir()
+    _, first = _fit(tmp_path / "a", cache=cache)
+    # full model + one per fold, each lmplz then build_binary
+    assert calls == ["lmplz", "build_binary"] * 3
+    (tmp_path / "b").mkdir()
+    _, second = _fit(tmp_path / "b", cache=cache)
+    assert calls == ["lmplz", "build_binary"] * 3              # nothing new ran
+    assert second["languages"] == first["languages"]
+
+
+def test_retraining_is_deterministic(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _, first = _fit(tmp_path / "a")
+    _, second = _fit(tmp_path / "b")                           # separate caches: retrained
+    assert first["languages"]["en"]["model_sha256"] == second["languages"]["en"]["model_sha256"]
+
+
+def test_missing_models_json_is_a_clear_error(tmp_path):
+    stage = PerplexityStage(Config(reference_source="ref"), _ctx(tmp_path))
+    with pytest.raises(RuntimeError, match="models.json missing"):
+        stage.process(_table([("x", "en")]))
