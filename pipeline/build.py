@@ -436,6 +436,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         "inputs": [{k: i[k] for k in ("source", "file", "bytes", "sha256")} for i in inputs],
         "quarantine": dict(sorted(Counter(q["reason"] for q in quarantine).items())),
         "ingest": {"per_source": ingest_counts, "partitions": len(parts)},
+        "stage_order": list(stage_reports),
         "stages": stage_reports,
         "accounting": accounting,
         "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],

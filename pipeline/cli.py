@@ -17,7 +17,8 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="mindcorpus: build, inspect and trace versioned MindRecord corpora.")
-console = Console()
+# Wide enough for reason codes when output goes to a file or CI log.
+console = Console(width=None if sys.stdout.isatty() else 110)
 err = Console(stderr=True)
 
 
@@ -28,24 +29,27 @@ def _corpora_root(root: Path | None) -> Path:
 
 
 def summary_table(manifest: dict[str, Any]) -> Table:
-    """The per-stage summary of a version: documents in, kept, dropped by
-    reason, characters kept, seconds; then the output facts."""
-    table = Table(title=f"corpus {manifest['version']}", show_lines=False)
-    for col in ("stage", "docs in", "kept", "dropped", "top drop reasons", "chars kept", "s"):
-        table.add_column(col, justify="right" if col not in ("stage", "top drop reasons") else "left")
+    """Per stage: documents in, kept, dropped, characters kept, seconds; then
+    one row per drop reason with its count and share of the stage's input."""
+    table = Table(title=f"corpus {manifest['version']}: per-stage summary")
+    table.add_column("stage / drop reason", no_wrap=True)
+    for col in ("docs in", "kept", "dropped", "chars kept", "seconds"):
+        table.add_column(col, justify="right")
     ing = manifest["ingest"]["per_source"]
     n_ing = sum(s["documents_in"] for s in ing.values())
-    q = sum(manifest["quarantine"].values())
+    quarantine = manifest["quarantine"]
     secs = manifest.get("run", {}).get("stage_seconds", {})
-    table.add_row("ingest", f"{n_ing + q:,}", f"{n_ing:,}", f"{q:,}",
-                  ", ".join(f"{k} {v}" for k, v in manifest["quarantine"].items()),
-                  f"{sum(s['chars_in'] for s in ing.values()):,}", f"{secs.get('ingest', 0):.1f}")
-    for name, rep in manifest["stages"].items():
-        tot = rep["totals"]
-        top = sorted(tot["dropped"].items(), key=lambda kv: -kv[1])[:3]
-        table.add_row(name, f"{tot['documents_in']:,}", f"{tot['kept']:,}",
-                      f"{tot['documents_in'] - tot['kept']:,}", ", ".join(f"{k} {v}" for k, v in top),
-                      f"{tot['kept_chars']:,}", f"{secs.get(name, 0):.1f}")
+    rows = [("ingest", n_ing + sum(quarantine.values()), n_ing, sum(s["chars_in"] for s in ing.values()),
+             quarantine)]
+    for name in manifest.get("stage_order", list(manifest["stages"])):
+        tot = manifest["stages"][name]["totals"]
+        rows.append((name, tot["documents_in"], tot["kept"], tot["kept_chars"], tot["dropped"]))
+    for name, n_in, kept, chars, reasons in rows:
+        table.add_row(name, f"{n_in:,}", f"{kept:,}", f"{n_in - kept:,}", f"{chars:,}",
+                      f"{secs.get(name, 0):.1f}", style="bold")
+        for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            table.add_row(f"  {reason}", "", "", f"{count:,}", f"{count / max(n_in, 1):.1%} of in", "",
+                          style="dim")
     return table
 
 
@@ -78,7 +82,7 @@ def build(
     from pipeline.config import ConfigError
 
     try:
-        result = run_build(version, config, corpora_root, workers, log=lambda m: err.print(m, highlight=False))
+        result = run_build(version, config, corpora_root, workers, log=lambda m: err.print(m, highlight=False, markup=False))
     except (ConfigError, VersionExistsError, BuildError, FileNotFoundError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None

@@ -87,7 +87,8 @@ def test_version_layout_and_accounting(tiny):
         tot = rep["totals"]
         assert tot["documents_in"] == tot["kept"] + sum(tot["dropped"].values()), name
     # each stage's input is the previous stage's kept documents
-    names = list(m["stages"])
+    names = m["stage_order"]
+    assert names == ["langid", "heuristics", "perplexity", "dedup", "tokenize", "mixture"]
     for a, b in zip(names, names[1:]):
         assert m["stages"][b]["totals"]["documents_in"] == m["stages"][a]["totals"]["kept"]
     assert m["stages"]["dedup"]["totals"]["dropped"].get("dedup.exact_duplicate", 0) >= 1
@@ -173,3 +174,36 @@ def test_same_seed_gives_identical_shards_and_manifest(tiny):
     assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
     a.pop("version"), b.pop("version")
     assert a == b
+
+
+def test_cli_inspect_lineage_and_errors(tiny, tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    runner = CliRunner()
+    corpora = str(tiny["corpora"])
+    m = tiny["result"].manifest
+    res = runner.invoke(app, ["inspect", "t1", "--corpora-root", corpora])
+    assert res.exit_code == 0, res.output
+    assert "langid" in res.output and f"{m['accounting']['kept']:,}" in res.output
+
+    res = runner.invoke(app, ["lineage", "t1", "--step", "1", "--global-batch", str(GLOBAL_BATCH),
+                              "--corpora-root", corpora, "--json"])
+    assert res.exit_code == 0, res.output
+    records = json.loads(res.output)
+    assert [r["sample_index"] for r in records] == list(range(GLOBAL_BATCH, 2 * GLOBAL_BATCH))
+    lineage = pq.read_table(tiny["result"].version_dir / "lineage.parquet")
+    first = lineage.filter(pa.compute.equal(lineage["sample_index"], GLOBAL_BATCH)).to_pylist()
+    assert [s["doc_id"] for s in records[0]["segments"]] == [s["doc_id"] for s in first]
+
+    res = runner.invoke(app, ["build", "--version", "t1", "--config", str(tiny["root"] / "tiny.yaml"),
+                              "--corpora-root", corpora])
+    assert res.exit_code == 2 and "never overwritten" in res.output
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((tiny["root"] / "tiny.yaml").read_text() + "dedup:\n  num_bandz: 3\n")
+    res = runner.invoke(app, ["build", "--version", "b1", "--config", str(bad), "--corpora-root", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "dedup.num_bandz: unknown key" in res.output
+    assert not (tmp_path / ".work").exists()  # stopped before any work
