@@ -136,6 +136,9 @@ def _cross_checks(cfg) -> list[str]:
         if missing:
             errors.append(f"mixture.weights: no weight for source(s) {', '.join(sorted(missing))} "
                           "(a token budget needs a weight for every source)")
+    for name in ("tokenize", "mixture"):
+        if not getattr(cfg, name).enabled:
+            errors.append(f"{name}.enabled: this stage cannot be turned off (every version is tokenized and sampled)")
     ref = cfg.perplexity.reference_source
     if cfg.perplexity.enabled and ref not in names:
         errors.append(f"perplexity.reference_source: {ref!r} is not a configured source")

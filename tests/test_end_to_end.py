@@ -207,3 +207,34 @@ def test_cli_inspect_lineage_and_errors(tiny, tmp_path):
     assert res.exit_code == 2
     assert "dedup.num_bandz: unknown key" in res.output
     assert not (tmp_path / ".work").exists()  # stopped before any work
+
+
+def test_crashed_build_resumes_without_redoing_finished_stages(tiny, monkeypatch):
+    """A build that dies in the tokenize stage leaves no version; the re-run
+    reuses ingest..dedup, finishes, and equals an uninterrupted build."""
+    import stages.tokenize
+
+    calls = {"n": 0}
+    real = stages.tokenize.TokenizeStage.process
+
+    def crash_on_second_partition(self, table):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("simulated crash")
+        return real(self, table)
+
+    monkeypatch.setattr(stages.tokenize.TokenizeStage, "process", crash_on_second_partition)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        build("r1", tiny["root"] / "tiny.yaml", tiny["corpora"], num_workers=1, log=lambda m: None)
+    assert not (tiny["corpora"] / "r1").exists()
+    work = tiny["corpora"] / ".work" / "r1" / "tokenize"
+    assert len(list(work.glob("part-*.parquet"))) == 1  # the first partition finished
+    monkeypatch.setattr(stages.tokenize.TokenizeStage, "process", real)
+
+    lines = []
+    resumed = build("r1", tiny["root"] / "tiny.yaml", tiny["corpora"], num_workers=1, log=lines.append)
+    for name in ("langid", "heuristics", "perplexity", "dedup"):
+        assert any(line.startswith(f"[{name}] done in an earlier run") for line in lines), (name, lines)
+    a, b = without_run_facts(tiny["result"].manifest), without_run_facts(resumed.manifest)
+    a.pop("version"), b.pop("version")
+    assert a == b

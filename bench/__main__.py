@@ -1,0 +1,144 @@
+"""``make bench``: stage throughput per core, loader throughput, lineage lookup.
+
+Builds one version of the development corpus (``../shared/corpus`` when it is
+there, else the bundled sample) with ONE worker process, so each stage's
+seconds are one core's seconds, then reads it back through MindSpore.
+Results go to ``bench-results/bench.json`` and ``bench-results/bench.md``.
+
+    .venv/bin/python -m bench [--corpus DIR] [--out DIR] [--seq-length 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from pipeline.build import build
+from pipeline.config import REPO_ROOT
+
+SHARED = REPO_ROOT.parent / "shared" / "corpus"
+
+
+def bench_config(corpus: Path | None, seq_length: int) -> dict:
+    if corpus is not None:
+        sources = {
+            "web": {"paths": [str(corpus / "dev-fortunes.jsonl.zst")]},
+            "manuals": {"paths": [str(corpus / "dev-manpages.jsonl.zst")]},
+            "books": {"paths": [str(corpus / "dev-kjv.jsonl.zst")]},
+            "reference": {"paths": [str(corpus / "dev-debref.jsonl.zst")]},
+            "code": {"paths": [str(corpus / "dev-code.jsonl.zst")], "lang": "code"},
+        }
+    else:
+        sources = yaml.safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())["sources"]
+        for src in sources.values():
+            src["paths"] = [str(REPO_ROOT / p) for p in src["paths"]]
+    default = yaml.safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())
+    return {
+        "seed": 1234,
+        "sources": sources,
+        "executor": {"num_workers": 1},
+        "ingest": {"partition_max_docs": 2000},
+        "langid": default["langid"],
+        "perplexity": default["perplexity"],
+        "tokenize": default["tokenize"],
+        "output": {"seq_length": seq_length},
+    }
+
+
+def stage_rows(manifest: dict) -> list[dict]:
+    secs = manifest["run"]["stage_seconds"]
+    rows = []
+    ing = manifest["ingest"]["per_source"]
+    n = sum(s["documents_in"] for s in ing.values())
+    c = sum(s["chars_in"] for s in ing.values())
+    rows.append({"stage": "ingest", "documents": n, "chars": c, "seconds": secs["ingest"]})
+    for name in manifest["stage_order"]:
+        tot = manifest["stages"][name]["totals"]
+        rows.append({"stage": name, "documents": tot["documents_in"], "chars": tot["chars_in"],
+                     "seconds": secs[name]})
+    rows.append({"stage": "assemble", "documents": manifest["accounting"]["kept"],
+                 "chars": None, "seconds": secs["assemble"]})
+    for r in rows:
+        s = max(r["seconds"], 1e-9)
+        r["documents_per_s"] = round(r["documents"] / s, 1)
+        r["mchars_per_s"] = round(r["chars"] / s / 1e6, 3) if r["chars"] is not None else None
+    return rows
+
+
+def bench_loader(vdir: Path, manifest: dict, workers: int, global_batch: int = 8) -> dict:
+    from pipeline.loader import create_dataset
+
+    ds = create_dataset(vdir, global_batch=global_batch, num_parallel_workers=workers)
+    lat = []
+    n = 0
+    t0 = time.perf_counter()
+    last = t0
+    for (batch,) in ds.create_tuple_iterator(output_numpy=True):
+        now = time.perf_counter()
+        lat.append(now - last)
+        last = now
+        n += batch.shape[0]
+    wall = time.perf_counter() - t0
+    seq = manifest["seq_length"] + 1
+    return {"workers": workers, "global_batch": global_batch, "samples": n,
+            "samples_per_s": round(n / wall, 1), "tokens_per_s": round(n * seq / wall),
+            "p99_batch_latency_ms": round(float(np.percentile(lat[1:] or lat, 99)) * 1000, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
+    ap.add_argument("--seq-length", type=int, default=2048)
+    args = ap.parse_args()
+
+    out = args.out
+    corpora = out / "corpora"
+    if corpora.exists():
+        shutil.rmtree(corpora)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "configs" / "bench.yaml"
+    cfg_path.parent.mkdir(parents=True, exist_ok=True)
+    cfg_path.write_text(yaml.safe_dump(bench_config(args.corpus, args.seq_length)))
+    print(f"benchmark corpus: {args.corpus or 'bundled sample'}; one worker process")
+    result = build("bench", cfg_path, corpora, num_workers=1, log=print)
+    manifest = result.manifest
+    rows = stage_rows(manifest)
+    loader = [bench_loader(result.version_dir, manifest, w) for w in (1, 2)]
+
+    from pipeline.lineage import lineage_for_step
+
+    t0 = time.perf_counter()
+    lineage_for_step(result.version_dir, 0, 8)
+    lineage_s = time.perf_counter() - t0
+
+    report = {"corpus": str(args.corpus or "bundled sample"), "stages": rows, "loader": loader,
+              "lineage_step_lookup_s": round(lineage_s, 3), "build_wall_s": manifest["run"]["wall_seconds"],
+              "peak_rss": manifest["run"]["peak_rss"], "num_samples": manifest["num_samples"],
+              "num_tokens": manifest["num_tokens"], "machine": manifest["run"]["machine"]}
+    (out / "bench.json").write_text(json.dumps(report, indent=2))
+    lines = [f"# mindcorpus benchmark ({report['corpus']}, {report['machine']})", "",
+             "| stage | documents | chars | seconds (1 core) | documents/s | M chars/s per core |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['stage']} | {r['documents']:,} | {r['chars'] or 0:,} | {r['seconds']:.2f} | "
+                     f"{r['documents_per_s']:,.0f} | {r['mchars_per_s'] if r['mchars_per_s'] is not None else '-'} |")
+    lines += ["", "| loader workers | global batch | samples/s | tokens/s | p99 batch latency (ms) |",
+              "|---:|---:|---:|---:|---:|"]
+    for ld in loader:
+        lines.append(f"| {ld['workers']} | {ld['global_batch']} | {ld['samples_per_s']:,} | "
+                     f"{ld['tokens_per_s']:,} | {ld['p99_batch_latency_ms']} |")
+    lines += ["", f"lineage lookup for one step: {lineage_s:.3f} s; build wall {report['build_wall_s']} s; "
+              f"peak RSS {report['peak_rss']}; {report['num_samples']:,} samples, {report['num_tokens']:,} tokens"]
+    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
