@@ -82,7 +82,7 @@ def build(
     from pipeline.config import ConfigError
 
     try:
-        result = run_build(version, config, corpora_root, workers, log=lambda m: err.print(m, highlight=False, markup=False))
+        result = run_build(version, config, corpora_root, workers, log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
     except (ConfigError, VersionExistsError, BuildError, FileNotFoundError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
@@ -126,7 +126,8 @@ def lineage(
     step: Annotated[int, typer.Option(help="training step (0-based)")],
     global_batch: Annotated[int, typer.Option(help="global batch size in samples")],
     dp_size: Annotated[int, typer.Option(help="data-parallel size")] = 1,
-    show_text: Annotated[bool, typer.Option(help="print a text excerpt per document")] = False,
+    show_text: Annotated[bool, typer.Option(help="print the first 200 characters of each document "
+                                                  "(its start, not the piece in the sample)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
 ) -> None:

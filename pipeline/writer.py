@@ -26,6 +26,7 @@ MindSpore is imported inside the functions that need it, so that
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,12 @@ def _write_one_shard(path: Path, rows: np.ndarray, page: int, header: int) -> No
             f"{path}: MindRecord holds {written} rows after commit, expected {rows.shape[0]}"
             " (FileWriter dropped rows; see its WARNING lines)"
         )
+    # FileWriter creates both files with mode 0600; a corpus is shared between
+    # users like every other file of the version: apply the process umask.
+    umask = os.umask(0)
+    os.umask(umask)
+    for file in (path, Path(f"{path}.db")):
+        os.chmod(file, 0o666 & ~umask)
 
 
 def write_shards(
