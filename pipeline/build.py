@@ -29,19 +29,18 @@ import resource
 import shutil
 import socket
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 import pipeline
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
+from pipeline.assemble import BuildError, assemble, final_documents, write_decisions
 from pipeline.executor import (LocalExecutor, process_partition, write_json_atomic,
                                write_table_atomic)
 from pipeline.manifest import MANIFEST, MANIFEST_FORMAT, code_commit, sha256_file
@@ -56,10 +55,6 @@ TOOLS_DIR = REPO_ROOT / "tools" / "bin"
 
 class VersionExistsError(FileExistsError):
     """The version directory already exists; versions are immutable."""
-
-
-class BuildError(RuntimeError):
-    """The build cannot go on; the message says why."""
 
 
 @dataclasses.dataclass
@@ -216,91 +211,6 @@ def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, s
     return outputs, fp, report
 
 
-# --------------------------------------------------------------------------- assemble
-
-def _final_documents(parts: list[Path]) -> pa.Table:
-    tables = [pq.read_table(p) for p in parts]
-    table = pa.concat_tables(tables, promote_options="default") if tables else None
-    if table is None or table.num_rows == 0:
-        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
-    table = table.filter(pc.equal(table[KEEP], True))
-    if table.num_rows == 0:
-        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
-    return table.sort_by("id")
-
-
-def _decisions(stage_outputs: dict[str, list[Path]]) -> pa.Table:
-    """Every dropped document: which stage dropped it and why."""
-    tables = []
-    for name, parts in stage_outputs.items():
-        for path in parts:
-            t = pq.read_table(path, columns=["id", "source", "file", "line", "chars", KEEP, REASON])
-            t = t.filter(pc.invert(t[KEEP])).drop_columns([KEEP])
-            tables.append(t.append_column("stage", pa.array([name] * t.num_rows, pa.string())))
-    return pa.concat_tables(tables).sort_by("id")
-
-
-def assemble(cfg, docs: pa.Table, tmp: Path, log) -> dict[str, Any]:
-    """Pack, shuffle and write the version's samples, lineage and documents."""
-    from pipeline.writer import write_shards
-    from stages.packing import document_order, pack, shuffle_samples
-
-    seq_length = cfg.output.seq_length
-    ids = docs["id"].to_pylist()
-    token_lists = docs["tokenize_input_ids"]
-    token_arrays = [np.asarray(token_lists[i].values, dtype=np.int32) for i in range(len(ids))]
-    repeats = np.asarray(docs["mixture_repeats"].to_pylist(), dtype=np.int64)
-    order = document_order(ids, repeats, cfg.seed)
-    samples, segments = pack(token_arrays, order, seq_length)
-    if samples.shape[0] == 0:
-        raise BuildError(f"the sampled documents hold fewer than seq_length + 1 = {seq_length + 1} "
-                         "tokens: no sample can be packed (lower output.seq_length or add data)")
-    perm = shuffle_samples(samples.shape[0], cfg.seed)
-    samples = samples[perm]
-    inverse = np.empty_like(perm)
-    inverse[perm] = np.arange(perm.shape[0])
-
-    shards = write_shards(samples, tmp, prefix="corpus", max_shard_bytes=cfg.output.max_shard_bytes)
-
-    doc_index = segments["doc_index"].to_numpy()
-    take = pa.array(doc_index)
-    lineage = pa.table({
-        "sample_index": pa.array(inverse[segments["sample_index"].to_numpy()], pa.int64()),
-        "doc_id": docs["id"].take(take),
-        "source": docs["source"].take(take),
-        "file": docs["file"].take(take),
-        "line": docs["line"].take(take),
-        "repeat": segments["repeat"],
-        "doc_token_start": segments["doc_token_start"],
-        "doc_token_end": segments["doc_token_end"],
-        "sample_token_start": segments["sample_token_start"],
-        "sample_token_end": segments["sample_token_end"],
-    }).sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
-    seg_no = np.zeros(lineage.num_rows, dtype=np.int32)
-    si = lineage["sample_index"].to_numpy()
-    if len(si):
-        starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1]
-        seg_no = (np.arange(len(si)) - np.repeat(starts, np.diff(np.r_[starts, len(si)]))).astype(np.int32)
-    lineage = lineage.add_column(1, "segment", pa.array(seg_no))
-    pq.write_table(lineage, tmp / "lineage.parquet", compression="zstd", row_group_size=1 << 16)
-
-    keep_cols = [c for c in docs.column_names if c not in ("tokenize_input_ids", KEEP, REASON)]
-    pq.write_table(docs.select(keep_cols), tmp / "documents.parquet", compression="zstd")
-
-    total_tokens = int(sum(len(a) * int(r) for a, r in zip(token_arrays, repeats)))
-    packed = int(samples.shape[0]) * (seq_length + 1)
-    log(f"[assemble] {samples.shape[0]} samples of {seq_length + 1} tokens in {len(shards)} shard(s)")
-    return {
-        "seq_length": seq_length,
-        "num_samples": int(samples.shape[0]),
-        "num_tokens": packed,
-        "packing": {"method": "concat_split", "document_copies": int(order.shape[0]),
-                    "tokens_sampled": total_tokens, "tokens_packed": packed,
-                    "tokens_dropped_tail": total_tokens - packed},
-        "shards": shards,
-    }
-
-
 # --------------------------------------------------------------------------- build
 
 def _inputs(cfg, base: Path) -> list[dict[str, Any]]:
@@ -400,10 +310,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    docs = _final_documents(parts)
+    docs = final_documents(parts)
     out = assemble(cfg, docs, tmp, log)
-    decisions = _decisions(stage_outputs)
-    pq.write_table(decisions, tmp / "decisions.parquet", compression="zstd")
+    n_decisions = write_decisions(stage_outputs, tmp)
     with open(tmp / "quarantine.jsonl", "w", encoding="utf-8") as fh:
         for q in quarantine:
             fh.write(json.dumps(q, ensure_ascii=False, sort_keys=True) + "\n")
@@ -423,9 +332,10 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     if n_in != n_kept + accounting["dropped"] + accounting["quarantined"]:
         raise BuildError(f"accounting does not add up: {accounting}")
 
-    files = {name: sha256_file(tmp / name) for name in
-             ("tokenizer.json", "lineage.parquet", "documents.parquet", "decisions.parquet",
-              "quarantine.jsonl", "config.yaml")}
+    if n_decisions != accounting["dropped"]:
+        raise BuildError(f"{n_decisions} decision rows for {accounting['dropped']} dropped documents")
+    files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*"))
+             if p.is_file() and not p.relative_to(tmp).as_posix().startswith("shards/")}
     tok = stage_reports["tokenize"]["fit"]
     manifest = {
         "manifest_format": MANIFEST_FORMAT,

@@ -15,13 +15,16 @@ column      dtype        meaning
 ``meta``    string       JSON object with the record's other fields
 ``lang_hint`` string     language declared by the source config (e.g. ``code``),
                          or null
+``chars``   int64        ``len(text)`` in code points
 ==========  ===========  ==========================================================
 
 A stage's :meth:`Stage.process` returns the same rows in the same order with
 its own measurement columns appended (prefixed by the stage name, e.g.
 ``langid_lang``) and the two decision columns ``keep`` (bool) and ``reason``
 (string; null when kept, else a stable reason code such as
-``langid.low_score``). Earlier stages' ``keep``/``reason`` are replaced; their
+``langid.low_score``). A stage that edits documents (e.g. line-level dedup)
+may replace ``text`` and must then replace ``chars`` (``len(text)``) too; it
+never adds, removes or reorders rows. Earlier stages' ``keep``/``reason`` are replaced; their
 measurement columns stay, so the last table of a build holds every decision
 that let a document through.
 
@@ -44,7 +47,7 @@ import pydantic
 
 KEEP = "keep"
 REASON = "reason"
-BASE_COLUMNS = ("id", "source", "file", "line", "text", "meta", "lang_hint")
+BASE_COLUMNS = ("id", "source", "file", "line", "text", "meta", "lang_hint", "chars")
 
 
 class StageConfig(pydantic.BaseModel):

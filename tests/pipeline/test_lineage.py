@@ -73,7 +73,6 @@ def version(tmp_path_factory):
     rows = sorted(((int(inverse[p[0]]), *p[1:]) for p in pieces), key=lambda r: (r[0], r[5]))
     index = [r[0] for r in rows]
     segment = [index[:i].count(index[i]) for i in range(len(index))]
-    meta = {d[0]: d for d in DOCS}
     lineage = pa.table({
         "sample_index": pa.array(index, pa.int64()),
         "segment": pa.array(segment, pa.int32()),
