@@ -47,6 +47,18 @@ class SourceConfig(_Strict):
             ``line`` (one document per non-empty line).
         lang: a language the source declares (e.g. ``code``); such documents
             skip language ID and use that language's rule preset.
+        id_field: a record field holding the input's own document id. The
+            document id becomes ``"<source>:<that id>"``, and a record whose id
+            was already seen (in any file of any source) is quarantined as
+            ``read.duplicate_id``. Null (default): ids are
+            ``"<source>:<file>:<line>"``, unique by construction.
+        root: where ``paths`` are looked up, and what recorded file names (and
+            so document ids) are relative to: a local directory (relative to
+            the repo root) or an fsspec URL (``s3://bucket/corpus``). Moving a
+            source between disk and object storage changes only ``root``; the
+            ids, and so the corpus, stay the same. Null: the repo root.
+        storage_options: fsspec options for remote paths (``s3://...``), e.g.
+            ``{client_kwargs: {endpoint_url: "https://obs.example.com"}}``.
     """
 
     paths: list[str] = pydantic.Field(min_length=1)
@@ -54,18 +66,27 @@ class SourceConfig(_Strict):
     text_field: str = "text"
     text_unit: Literal["file", "line"] = "file"
     lang: str | None = None
+    id_field: str | None = None
+    root: str | None = None
+    storage_options: dict[str, Any] = pydantic.Field(default_factory=dict)
 
 
 class ExecutorConfig(_Strict):
     """Where per-partition work runs.
 
     Attributes:
-        kind: ``local`` (a process pool on this machine).
-        num_workers: worker processes; 1 runs everything in the driver.
+        kind: ``local`` (a process pool on this machine, the default) or
+            ``ray`` (tasks on a Ray cluster; see docs/operations.md).
+        num_workers: local worker processes; 1 runs everything in the driver.
+        address: the Ray cluster (``auto``, ``host:6379``, ``ray://host:10001``);
+            null starts a private local Ray instance.
+        num_cpus_per_task: CPUs Ray reserves per task.
     """
 
-    kind: Literal["local"] = "local"
+    kind: Literal["local", "ray"] = "local"
     num_workers: int = pydantic.Field(2, ge=1, le=1024)
+    address: str | None = None
+    num_cpus_per_task: float = pydantic.Field(1.0, gt=0)
 
 
 class IngestConfig(_Strict):

@@ -14,7 +14,7 @@ import json
 import multiprocessing
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,35 @@ import pyarrow.parquet as pq
 from stages.base import KEEP, REASON, StageContext, read_kept
 
 PARQUET_OPTS = {"compression": "zstd", "compression_level": 3}
+
+
+class PartitionError(RuntimeError):
+    """Some calls of an executor ``map`` failed; the others finished.
+
+    Attributes:
+        errors: (item index, exception) for each failed call, by index.
+    """
+
+    def __init__(self, errors: list[tuple[int, BaseException]], total: int):
+        self.errors = errors
+        first = errors[0][1]
+        super().__init__(f"{len(errors)} of {total} tasks failed; first (task {errors[0][0]}): "
+                         f"{type(first).__name__}: {first}")
+
+
+def _die_with_parent() -> None:
+    """Worker initializer: on Linux, ask the kernel to SIGKILL this worker when
+    the driver dies, so a killed build leaves no orphan workers behind
+    (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); elsewhere a no-op."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 class LocalExecutor:
@@ -38,20 +67,54 @@ class LocalExecutor:
         self.num_workers = num_workers
         self._pool: ProcessPoolExecutor | None = None
 
-    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
+            on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
         """``[fn(x) for x in items]``, in parallel when there are workers.
 
+        Args:
+            fn: a picklable module-level function.
+            items: its arguments, one call each.
+            on_done: called in this process as ``on_done(index, result)`` when
+                each call finishes, in completion order (progress, heartbeat).
+
+        Returns:
+            The results in the order of ``items``.
+
         Raises:
-            Whatever ``fn`` raised for the first failing item (other items'
-            finished outputs stay on disk).
+            PartitionError: one or more calls failed. Every other call still
+                ran to its end first, so their outputs are on disk for a re-run.
         """
         items = list(items)
+        results: list[Any] = [None] * len(items)
+        errors: list[tuple[int, BaseException]] = []
         if self.num_workers <= 1 or len(items) <= 1:
-            return [fn(x) for x in items]
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn"))
-        return list(self._pool.map(fn, items))
+            for i, x in enumerate(items):
+                try:
+                    results[i] = fn(x)
+                except Exception as exc:  # noqa: BLE001 - re-raised below with the others
+                    errors.append((i, exc))
+                    continue
+                if on_done:
+                    on_done(i, results[i])
+        else:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_die_with_parent)
+            futures = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                try:
+                    results[i] = fut.result()
+                except Exception as exc:  # noqa: BLE001
+                    errors.append((i, exc))
+                    continue
+                if on_done:
+                    on_done(i, results[i])
+        if errors:
+            errors.sort(key=lambda e: e[0])
+            raise PartitionError(errors, len(items)) from errors[0][1]
+        return results
 
     def close(self) -> None:
         if self._pool is not None:
@@ -118,3 +181,77 @@ def process_partition(task: tuple[str, str, StageContext, str, str]) -> str:
             raise RuntimeError(f"stage {name} returned no {col!r} column for {in_path}")
     write_table_atomic(out, Path(out_path))
     return out_path
+
+
+class RayExecutor:
+    """Run work as Ray tasks on an existing cluster (``executor: {kind: ray}``).
+
+    The same picklable functions as the local pool, so a stage behaves the
+    same: outputs are the same files under the same names, written atomically
+    to a filesystem every node sees (a shared mount, or object storage for
+    the inputs). Results come back in the order of ``items``.
+
+    Args:
+        address: the cluster (``ray://host:10001``, ``host:6379`` or
+            ``auto``); None starts a local Ray instance.
+        num_cpus_per_task: CPUs Ray reserves for each task.
+    """
+
+    def __init__(self, address: str | None, num_cpus_per_task: float = 1.0):
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        self._ray = ray
+        self.num_cpus_per_task = num_cpus_per_task
+        self._task = None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
+            on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Same contract as :meth:`LocalExecutor.map`."""
+        ray = self._ray
+        if self._task is None:
+            self._task = ray.remote(num_cpus=self.num_cpus_per_task, max_retries=2)(_apply)
+        fn_ref = ray.put(fn)  # functions, partials and bound methods alike
+        refs = [self._task.remote(fn_ref, x) for x in items]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(refs)
+        errors: list[tuple[int, BaseException]] = []
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            i = index[ready[0]]
+            try:
+                results[i] = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001 - re-raised below with the others
+                cause = getattr(exc, "cause", None)
+                errors.append((i, cause if isinstance(cause, BaseException) else exc))
+                continue
+            if on_done:
+                on_done(i, results[i])
+        if errors:
+            errors.sort(key=lambda e: e[0])
+            raise PartitionError(errors, len(refs)) from errors[0][1]
+        return results
+
+    def close(self) -> None:
+        pass  # the cluster outlives the build
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _apply(fn: Callable[[Any], Any], x: Any) -> Any:
+    return fn(x)
+
+
+def make_executor(cfg, num_workers: int):
+    """The executor a config asks for: ``local`` (process pool of
+    ``num_workers``) or ``ray`` (tasks on ``cfg.address``)."""
+    if cfg.kind == "ray":
+        return RayExecutor(cfg.address, cfg.num_cpus_per_task)
+    return LocalExecutor(num_workers)

@@ -8,10 +8,15 @@ is the key for dedup, lineage and reports.
 
 A record that cannot be read is never dropped silently: it becomes a
 :class:`Quarantined` entry with file, line, byte offset and a reason code
-(``read.invalid_utf8``, ``read.invalid_json``, ``read.not_object``,
-``read.missing_text``, ``read.text_not_string``, ``read.empty_text``,
-``read.lone_surrogate``, ``read.record_too_large``, ``read.truncated_file``,
-``read.unreadable_file``), and is counted in the manifest.
+(``read.invalid_utf8``, ``read.legacy_encoding``, ``read.invalid_json``,
+``read.not_object``, ``read.missing_text``, ``read.text_not_string``,
+``read.empty_text``, ``read.lone_surrogate``, ``read.nul_byte``,
+``read.missing_id``, ``read.duplicate_id``, ``read.record_too_large``,
+``read.truncated_file``, ``read.empty_file``, ``read.unreadable_file``), and is
+counted in the manifest.
+
+Inputs may be local paths or fsspec URLs (``s3://bucket/dir/*.jsonl.zst``;
+Huawei OBS and MinIO speak S3), with per-source ``storage_options``.
 """
 
 from __future__ import annotations
@@ -21,12 +26,15 @@ import glob
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import zstandard
 
 READ_CHUNK = 1 << 20
+_CJK = re.compile("[\u4e00-\u9fff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 @dataclasses.dataclass
@@ -36,6 +44,7 @@ class Record:
     line: int
     text: str
     meta: str
+    doc_id: str | None = None  # the record's own id (``id_field``), if configured
 
 
 @dataclasses.dataclass
@@ -49,33 +58,77 @@ class Quarantined:
     detail: str
 
 
-def resolve_paths(patterns: list[str], base: Path) -> list[Path]:
-    """Expand files and globs (``**`` allowed) relative to ``base``; sorted, unique.
+def is_url(path: str | Path) -> bool:
+    """True for an fsspec URL such as ``s3://bucket/key`` (not a local path)."""
+    return "://" in str(path)
+
+
+def resolve_paths(patterns: list[str], base: str | Path, storage_options: dict | None = None) -> list[str]:
+    """Expand files and globs (``**`` allowed) relative to ``base`` (a local
+    directory or an fsspec URL); sorted, unique.
+
+    Local matches are returned as absolute paths, remote ones as URLs
+    (``s3://bucket/key``).
 
     Raises:
         FileNotFoundError: a pattern matches no file (named in the message).
     """
-    out: set[Path] = set()
+    out: set[str] = set()
     for pattern in patterns:
-        full = pattern if Path(pattern).is_absolute() else str(base / pattern)
-        matches = [Path(p) for p in glob.glob(full, recursive=True) if Path(p).is_file()]
+        if is_url(base) and not is_url(pattern):
+            pattern = str(base).rstrip("/") + "/" + pattern.lstrip("/")
+        if is_url(pattern):
+            import fsspec
+
+            fs, _, _ = fsspec.get_fs_token_paths(pattern, storage_options=storage_options or {})
+            protocol = pattern.split("://", 1)[0]
+            matches = [f"{protocol}://{p}" for p in fs.glob(pattern.split("://", 1)[1]) if fs.isfile(p)]
+        else:
+            full = pattern if Path(pattern).is_absolute() else str(base / pattern)
+            matches = [str(Path(p).resolve()) for p in glob.glob(full, recursive=True) if Path(p).is_file()]
         if not matches:
             raise FileNotFoundError(f"input pattern {pattern!r} matches no file (looked in {base})")
         out.update(matches)
     return sorted(out)
 
 
-def display_path(path: Path, base: Path) -> str:
-    """The path as recorded in ids: relative to ``base`` when inside it."""
+def display_path(path: str | Path, base: str | Path) -> str:
+    """The path as recorded in ids: relative to ``base`` when inside it (for a
+    local directory or a URL prefix), else absolute / the full URL."""
+    if is_url(path) or is_url(base):
+        prefix = str(base).rstrip("/") + "/"
+        return str(path)[len(prefix):] if str(path).startswith(prefix) else str(path)
     try:
-        return path.resolve().relative_to(base.resolve()).as_posix()
+        return Path(path).resolve().relative_to(base.resolve()).as_posix()
     except ValueError:
-        return path.resolve().as_posix()
+        return Path(path).resolve().as_posix()
+
+
+def open_input(path: str | Path, storage_options: dict | None = None):
+    """Open a local file or fsspec URL for binary reading (no decompression)."""
+    if is_url(path):
+        import fsspec
+
+        return fsspec.open(str(path), "rb", **(storage_options or {})).open()
+    return open(path, "rb")
+
+
+def input_size_and_sha256(path: str | Path, storage_options: dict | None = None) -> tuple[int, str]:
+    """(bytes, hex sha256) of an input file, read in 1 MiB chunks."""
+    import hashlib
+
+    h = hashlib.sha256()
+    size = 0
+    with open_input(path, storage_options) as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
 
 
 def detect_format(path: Path) -> str:
     """``jsonl``, ``parquet`` or ``text`` from the file name."""
-    name = path.name.lower()
+    name = Path(str(path)).name.lower()
     for comp in (".gz", ".zst"):
         if name.endswith(comp):
             name = name[: -len(comp)]
@@ -90,13 +143,16 @@ class TruncatedInput(Exception):
     """A compressed input ended before its end-of-stream marker."""
 
 
-def _open_binary(path: Path) -> io.BufferedIOBase:
-    name = path.name.lower()
+def _open_binary(path: str | Path, storage_options: dict | None = None) -> io.BufferedIOBase:
+    name = str(path).lower()
+    raw = open_input(path, storage_options)
     if name.endswith(".gz"):
-        return gzip.open(path, "rb")
+        gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        gz.myfileobj = raw  # GzipFile closes myfileobj on close()
+        return gz
     if name.endswith(".zst"):
-        return _ZstdStrict(path)
-    return open(path, "rb")
+        return _ZstdStrict(raw)
+    return raw
 
 
 class _ZstdStrict(io.RawIOBase):
@@ -104,8 +160,8 @@ class _ZstdStrict(io.RawIOBase):
     last frame is incomplete (``stream_reader`` returns partial data silently,
     see shared/notes/dependencies.md)."""
 
-    def __init__(self, path: Path):
-        self._fh = open(path, "rb")
+    def __init__(self, raw):
+        self._fh = raw
         self._dctx = zstandard.ZstdDecompressor()
         self._obj = self._dctx.decompressobj()
         self._pending = b""
@@ -190,12 +246,29 @@ def _check_text(text, file: str, line: int, offset: int) -> tuple[str | None, Qu
         return None, Quarantined(file, line, offset, "read.lone_surrogate", "text holds a lone surrogate")
     if not text.strip():
         return None, Quarantined(file, line, offset, "read.empty_text", repr(text[:20]))
+    if "\x00" in text:
+        return None, Quarantined(file, line, offset, "read.nul_byte",
+                                 f"NUL at character {text.index(chr(0))}")
     return text, None
 
 
-def read_jsonl(path: Path, file: str, text_field: str, max_bytes: int) -> Iterator[Record | Quarantined]:
+def _undecodable(raw: bytes, exc: UnicodeDecodeError, file: str, line: int, offset: int) -> Quarantined:
+    """Quarantine bytes that are not UTF-8, naming a legacy CJK encoding
+    (GB18030 covers GBK and GB2312) when the bytes read as CJK text in it."""
+    try:
+        legacy = raw.decode("gb18030")
+    except UnicodeDecodeError:
+        legacy = None
+    if legacy is not None and _CJK.search(legacy) and not _CONTROL.search(legacy):
+        return Quarantined(file, line, offset, "read.legacy_encoding",
+                           f"not UTF-8 ({exc.reason} at byte {exc.start}); decodes as GB18030")
+    return Quarantined(file, line, offset, "read.invalid_utf8", f"{exc.reason} at byte {exc.start}")
+
+
+def read_jsonl(path: str | Path, file: str, text_field: str, max_bytes: int, id_field: str | None = None,
+               storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
     """Records of a JSONL file (plain, ``.gz`` or ``.zst``); see module doc."""
-    with _open_binary(path) as stream:
+    with _open_binary(path, storage_options) as stream:
         for lineno, offset, raw in _lines(stream, max_bytes):
             if raw is None:
                 yield Quarantined(file, lineno, offset, "read.record_too_large", f"> {max_bytes} bytes")
@@ -207,7 +280,7 @@ def read_jsonl(path: Path, file: str, text_field: str, max_bytes: int) -> Iterat
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield Quarantined(file, lineno, offset, "read.invalid_utf8", str(exc)[:120])
+                yield _undecodable(raw, exc, file, lineno, offset)
                 continue
             try:
                 obj = json.loads(line)
@@ -221,26 +294,37 @@ def read_jsonl(path: Path, file: str, text_field: str, max_bytes: int) -> Iterat
             if bad:
                 yield bad
                 continue
-            yield Record(lineno, text, json.dumps(obj, ensure_ascii=False, sort_keys=True))
+            doc_id = None
+            if id_field is not None:
+                doc_id = obj.get(id_field)
+                if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or doc_id == "":
+                    yield Quarantined(file, lineno, offset, "read.missing_id", f"{id_field}={doc_id!r:.40}")
+                    continue
+                doc_id = str(doc_id)
+            yield Record(lineno, text, json.dumps(obj, ensure_ascii=False, sort_keys=True), doc_id)
 
 
-def read_text(path: Path, file: str, unit: str, max_bytes: int) -> Iterator[Record | Quarantined]:
+def read_text(path: str | Path, file: str, unit: str, max_bytes: int,
+              storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
     """Plain text: the whole file as one document (line 1), or one per line."""
     if unit == "line":
-        with _open_binary(path) as stream:
+        with _open_binary(path, storage_options) as stream:
             for lineno, offset, raw in _lines(stream, max_bytes):
                 if raw is None:
                     yield Quarantined(file, lineno, offset, "read.record_too_large", f"> {max_bytes} bytes")
                     continue
+                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    yield Quarantined(file, lineno, offset, "read.invalid_utf8", str(exc)[:120])
+                    yield _undecodable(raw, exc, file, lineno, offset)
                     continue
                 if line.strip():
-                    yield Record(lineno, line, "{}")
+                    text, bad = _check_text(line, file, lineno, offset)
+                    yield bad or Record(lineno, text, "{}")
         return
-    with _open_binary(path) as stream:
+    with _open_binary(path, storage_options) as stream:
         data = stream.read(max_bytes + 1)
         if getattr(stream, "truncated", False):
             raise TruncatedInput("zstd stream ends inside a frame")
@@ -252,17 +336,18 @@ def read_text(path: Path, file: str, unit: str, max_bytes: int) -> Iterator[Reco
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        yield Quarantined(file, 1, 0, "read.invalid_utf8", str(exc)[:120])
+        yield _undecodable(data, exc, file, 1, 0)
         return
     text, bad = _check_text(text, file, 1, 0)
     yield bad or Record(1, text, "{}")
 
 
-def read_parquet(path: Path, file: str, text_field: str) -> Iterator[Record | Quarantined]:
+def read_parquet(path: str | Path, file: str, text_field: str, id_field: str | None = None,
+                 storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
     """Rows of a Parquet file; other columns go to ``meta`` as JSON."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
+    pf = pq.ParquetFile(open_input(path, storage_options))
     if text_field not in pf.schema_arrow.names:
         raise ValueError(f"{file}: no column {text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
     row = 0
@@ -281,30 +366,45 @@ def read_parquet(path: Path, file: str, text_field: str) -> Iterator[Record | Qu
                     meta.update(json.loads(meta.pop("meta")))
                 except json.JSONDecodeError:
                     pass
-            yield Record(row, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str))
+            doc_id = None
+            if id_field is not None:
+                doc_id = meta.get(id_field)
+                if doc_id is None or doc_id == "":
+                    yield Quarantined(file, row, 0, "read.missing_id", f"{id_field}={doc_id!r:.40}")
+                    continue
+                doc_id = str(doc_id)
+            yield Record(row, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str), doc_id)
 
 
-def read_file(path: Path, file: str, fmt: str, text_field: str, text_unit: str,
-              max_bytes: int) -> Iterator[Record | Quarantined]:
+def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit: str,
+              max_bytes: int, id_field: str | None = None,
+              storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
     """All records of one input file, quarantining what cannot be read.
 
     A file that cannot be opened, or that ends early (truncated ``.gz`` or
     ``.zst``), yields the records read so far and then one
-    ``read.unreadable_file`` or ``read.truncated_file`` entry.
+    ``read.unreadable_file`` or ``read.truncated_file`` entry; a file with no
+    record at all yields one ``read.empty_file`` entry (line 0).
     """
     fmt = detect_format(path) if fmt == "auto" else fmt
     last_line = 0
+    seen = 0
     try:
         if fmt == "jsonl":
-            it = read_jsonl(path, file, text_field, max_bytes)
+            it = read_jsonl(path, file, text_field, max_bytes, id_field, storage_options)
         elif fmt == "parquet":
-            it = read_parquet(path, file, text_field)
+            it = read_parquet(path, file, text_field, id_field, storage_options)
         else:
-            it = read_text(path, file, text_unit, max_bytes)
+            it = read_text(path, file, text_unit, max_bytes, storage_options)
         for item in it:
             last_line = item.line
+            seen += 1
             yield item
     except (EOFError, TruncatedInput, zstandard.ZstdError, gzip.BadGzipFile) as exc:
         yield Quarantined(file, last_line + 1, -1, "read.truncated_file", f"{type(exc).__name__}: {exc}"[:160])
+        return
     except (OSError, ValueError) as exc:  # includes pyarrow.ArrowInvalid (a ValueError)
         yield Quarantined(file, last_line + 1, -1, "read.unreadable_file", f"{type(exc).__name__}: {exc}"[:160])
+        return
+    if seen == 0:
+        yield Quarantined(file, 0, 0, "read.empty_file", "no record in the file")

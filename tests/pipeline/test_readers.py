@@ -5,6 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pathlib import Path
 import zstandard
 
 from pipeline.readers import Quarantined, Record, detect_format, read_file, resolve_paths
@@ -101,6 +102,6 @@ def test_detect_format_and_resolve_paths(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "b.txt").write_text("b")
     (tmp_path / "d" / "a.txt").write_text("a")
-    assert [p.name for p in resolve_paths(["d/*.txt"], tmp_path)] == ["a.txt", "b.txt"]
+    assert [Path(p).name for p in resolve_paths(["d/*.txt"], tmp_path)] == ["a.txt", "b.txt"]
     with pytest.raises(FileNotFoundError, match="nothing.txt"):
         resolve_paths(["nothing.txt"], tmp_path)
