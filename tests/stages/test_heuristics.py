@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,13 +123,52 @@ def test_top_ngram_char_share_known_values():
     assert H.top_ngram_char_share(Document("one two", "en"), 3) is None
 
 
-def test_top_ngram_numpy_path_matches_counter_path(monkeypatch):
-    text = " ".join(f"w{i % 37} x{i % 11} y{i % 5}" for i in range(400))
-    fast = [H.top_ngram_char_share(Document(text, "en"), n) for n in (2, 3, 4)]
-    monkeypatch.setattr(H, "_NUMPY_NGRAM_MIN_WORDS", 10**9)
-    slow = [H.top_ngram_char_share(Document(text, "en"), n) for n in (2, 3, 4)]
-    assert fast == slow
-    assert fast[0] > 0.0
+def _brute_force_ngrams(words: list[str]) -> dict[str, float | None]:
+    """Reference: the definitions of Document.ngram_stats, by brute force."""
+    chars = sum(map(len, words))
+    out = {}
+    for n in range(2, 11):
+        grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+        counts = Counter(grams)
+        name = f"top_{n}gram_char_share" if n <= 4 else f"duplicate_{n}gram_char_share"
+        if len(words) < n or chars == 0:
+            out[name] = None
+        elif n <= 4:
+            top = max(counts.values())
+            out[name] = 0.0 if top < 2 else top * max(
+                sum(map(len, g)) for g, c in counts.items() if c == top) / chars
+        else:
+            covered = set()
+            for i, g in enumerate(grams):
+                if counts[g] > 1:
+                    covered.update(range(i, i + n))
+            out[name] = sum(len(words[i]) for i in covered) / chars
+    return out
+
+
+def test_ngram_batch_equals_brute_force_and_single_documents():
+    rng = random.Random(7)
+    lists = [[], ["a"], ["a", "a"], ["ab", "c"] * 6, [f"w{i}" for i in range(40)]]
+    for _ in range(60):
+        size = rng.choice([3, 9, 30, 120, 400])
+        lists.append([rng.choice(["a", "bb", "c", "dd", "e"]) for _ in range(size)])
+    batch = H.ngram_stats_batch(lists)
+    for words, got in zip(lists, batch):
+        want = _brute_force_ngrams(words)
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key]) if want[key] is not None \
+                else got[key] is None, (words, key)
+        assert H.ngram_stats_batch([words])[0] == got      # batch-independent
+
+
+def test_duplicate_ngram_char_share_known_value():
+    # "a b c d e" twice, then "x": the two 5-gram occurrences cover 10 of 11 chars.
+    doc = Document("a b c d e a b c d e x", "en")
+    assert H.duplicate_ngram_char_share(doc, 5) == pytest.approx(10 / 11)
+    assert H.duplicate_ngram_char_share(doc, 6) == 0.0
+    assert H.duplicate_ngram_char_share(doc, 10) == 0.0
+    assert H.duplicate_ngram_char_share(Document("a b c", "en"), 5) is None
 
 
 def test_duplicate_lines_and_symbols():
@@ -139,7 +180,7 @@ def test_duplicate_lines_and_symbols():
 
 
 def test_repetitive_chinese_is_dropped():
-    text = "点击这里下载最新版本。" * 30
+    text = "这是点击这里下载最新版本的链接。" * 30
     out = _process([text], ["zh"]).to_pylist()[0]
     assert out["reason"] == "heuristics.max_duplicate_line_char_fraction" or \
         out["reason"].startswith("heuristics.max_top_")
@@ -175,3 +216,107 @@ def test_deterministic():
     texts = [CHINESE_PROSE, ENGLISH, "Kurzer Satz mit Wiederholung Wiederholung Wiederholung."]
     langs = ["zh", "en", "de"]
     assert _process(texts, langs).equals(_process(texts, langs))
+
+
+# --- rule families added for issue 3 ------------------------------------------------
+
+def test_every_rule_has_a_family_a_threshold_field_and_a_value():
+    fields = set(Thresholds.model_fields)
+    for rule in H.RULES:
+        assert rule.family in H.FAMILIES
+        assert rule.name in fields and rule.value in H.VALUES
+    assert len({rule.name for rule in H.RULES}) == len(H.RULES)
+
+
+def test_chinese_prose_has_stop_words_sentences_and_no_residue():
+    doc = Document(CHINESE_PROSE, "zh")
+    assert H.stop_word_count(doc) >= 50
+    assert H.sentence_count(doc) == CHINESE_PROSE.count("。") + CHINESE_PROSE.count("？")
+    assert H.line_punct_ratio(doc) == 1.0
+    assert H.unbroken_run(doc) < 40               # clauses between ，。 are short
+    assert H.residue_per_kchar(doc) == 0.0 and H.mojibake_per_kchar(doc) == 0.0
+    assert H.abnormal_char_share(doc) == 0.0 and H.code_line_fraction(doc) == 0.0
+
+
+def test_long_run_without_break_is_cjk_aware():
+    assert H.unbroken_run(Document("中文，没有空格。", "zh")) == 4
+    spam = "便宜药品在线购买" * 20                       # 160 characters, no punctuation
+    out = _process([spam + "。"], ["zh"]).to_pylist()[0]
+    assert out["heuristics_unbroken_run"] == 160
+    assert out["reason"] == "heuristics.max_unbroken_run"
+
+
+def test_escape_residue_mojibake_and_symbols():
+    text = "Caf\\u00e9 &amp; bar\\nnext <div class=x> done. " * 3
+    doc = Document(text, "en")
+    assert doc.counts["residue"] == 12               # \u00e9, &amp;, \n, <div ...> x 3
+    assert H.residue_per_kchar(doc) == pytest.approx(12000 / len(text))
+    assert H.mojibake_per_kchar(Document("déjà vu", "fr")) == 0.0
+    assert H.mojibake_per_kchar(Document("dÃ©jÃ  vu", "fr")) > 0
+    assert H.mojibake_per_kchar(Document("锟斤拷锟斤拷", "zh")) == pytest.approx(2000 / 6)
+    assert H.abnormal_char_share(Document("█▓▒░ ok", "en")) == pytest.approx(4 / 7)
+    assert H.abnormal_char_share(Document("，。！？「」ＡＢ１", "zh")) == 0.0
+
+
+def test_code_lines_in_prose():
+    text = "The function is shown below.\nint main() {\n  return 0;\n}\n"
+    assert H.code_line_fraction(Document(text, "en")) == pytest.approx(3 / 4)
+    assert H.code_line_fraction(Document("他说：好；我们走。\n", "zh")) == 0.0
+
+
+def test_c4_and_fineweb_values():
+    text = "First line ends here.\nsecond line\nThird one? Yes!\nok\n"
+    doc = Document(text, "en")
+    assert H.sentence_count(doc) == 3                # lines 1 and 3 end in punctuation
+    assert H.line_punct_ratio(doc) == 0.5
+    assert H.short_line_fraction(doc) == 1.0         # every line <= 30 characters
+    assert H.newline_word_ratio(doc) == pytest.approx(4 / 10)
+    assert H.lorem_ipsum_count(Document("Lorem Ipsum dolor", "en")) == 1
+    zh = Document("第一句。第二句！\n第三句", "zh", short_line_chars=16)
+    assert H.sentence_count(zh) == 2 and H.line_punct_ratio(zh) == 0.5
+    assert H.sentence_count(Document("第三句\n第一句。第二句", "zh")) == 0
+
+
+def test_bullets_ellipses_and_duplicate_paragraphs():
+    doc = Document("• one\n• two\n- three\nfour...\n", "en")
+    assert H.bullet_line_fraction(doc) == 0.75
+    assert H.ellipsis_line_fraction(doc) == 0.25
+    doc = Document("para one\nline\n\npara two\n\npara one\nline\n", "en")
+    assert H.duplicate_paragraph_fraction(doc) == pytest.approx(1 / 3)
+    assert H.duplicate_paragraph_char_fraction(doc) == pytest.approx(13 / 34)
+
+
+def test_short_documents_are_not_judged_by_long_document_rules():
+    poem = "关关雎鸠，在河之洲。\n窈窕淑女，君子好逑。\n关关雎鸠，在河之洲。"
+    values, reason = H.evaluate(Document(poem, "zh"), Config().for_language("zh"))
+    assert values["top_4gram_char_share"] > 0.5             # measured ...
+    assert reason == "heuristics.max_duplicate_line_fraction"  # ... but only line rules apply
+    config = Config(thresholds={"zh": {"long_document_min_words": None,
+                                       "max_duplicate_line_fraction": None,
+                                       "max_duplicate_line_char_fraction": None,
+                                       "max_duplicate_paragraph_char_fraction": None}})
+    _, reason = H.evaluate(Document(poem, "zh"), config.for_language("zh"))
+    assert reason == "heuristics.max_top_2gram_char_share"
+
+
+def test_disabled_families_and_bad_words():
+    config = Config(disabled_families=["gopher_repetition", "cjk"])
+    zh = config.for_language("zh")
+    assert zh.max_top_2gram_char_share is None and zh.max_unbroken_run is None
+    assert zh.min_words == H.PRESETS["zh"].min_words
+    config = Config(bad_words={"en": ["Spam"]})
+    out = _process(["Spam, " + ENGLISH, ENGLISH], ["en", "en"], bad_words={"en": ["Spam"]})
+    assert [r["reason"] for r in out.to_pylist()] == ["heuristics.max_bad_words", None]
+    assert out.to_pylist()[1]["heuristics_bad_word_count"] == 0
+    assert Config().for_language("en").max_bad_words is None     # no list: off
+    with pytest.raises(pydantic.ValidationError):
+        Config(disabled_families=["gopher"])
+
+
+def test_stage_columns_hold_every_value():
+    out = _process([CHINESE_PROSE, ENGLISH], ["zh", "en"])
+    names = {f"heuristics_{v}" for v in H.VALUES}
+    assert names <= set(out.column_names)
+    zh = out.to_pylist()[0]
+    assert zh["heuristics_stop_word_count"] >= 50 and zh["heuristics_unbroken_run"] < 40
+    assert out.schema.field("heuristics_unbroken_run").type == pa.int64()

@@ -1,0 +1,168 @@
+"""Quality-stage benchmark: langid, heuristics and perplexity on the dev corpus.
+
+Reads ``../shared/corpus`` (skips when absent), runs the three quality stages
+in this process one after the other on all documents (as one partition per
+2,000 documents, the way a build worker does), and reports per stage:
+documents/s and characters/s per core (``time.process_time``, so CPU time of
+this one process), and the share of documents dropped per reason per language
+(``langid_lang``; for langid, the corpus's own ``lang`` label).
+
+    .venv/bin/python -m bench.quality [--out bench-results] [--limit N]
+
+``run(out_dir)`` returns the Markdown section and writes
+``out_dir/quality.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.config import REPO_ROOT
+from stages.base import Partitions, StageContext
+
+CORPUS = REPO_ROOT.parent / "shared" / "corpus"
+FILES = ("dev-kjv", "dev-debref", "dev-manpages", "dev-fortunes", "dev-code")
+PARTITION_DOCS = 2000
+
+
+def load_corpus(corpus: Path, limit: int | None = None) -> pa.Table:
+    """The dev corpus as a document table (base columns + ``label``, the
+    corpus's own language; ``lang_hint`` ``code`` for dev-code)."""
+    import zstandard
+
+    rows = []
+    for name in FILES:
+        path = corpus / f"{name}.jsonl.zst"
+        if not path.exists():
+            continue
+        with open(path, "rb") as fh:
+            stream = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8")
+            for line_no, line in enumerate(stream, 1):
+                rec = json.loads(line)
+                rows.append({"id": rec["id"], "source": rec["source"], "file": name, "line": line_no,
+                             "text": rec["text"], "meta": "{}",
+                             "lang_hint": "code" if name == "dev-code" else None,
+                             "chars": len(rec["text"]), "label": rec.get("lang")})
+    if limit is not None:
+        rows = rows[::max(1, len(rows) // limit)][:limit]
+    return pa.Table.from_pylist(rows)
+
+
+def _run_stage(stage, table: pa.Table) -> tuple[pa.Table, float]:
+    parts, cpu = [], 0.0
+    for start in range(0, table.num_rows, PARTITION_DOCS):
+        part = table.slice(start, PARTITION_DOCS)
+        t0 = time.process_time()
+        parts.append(stage.process(part))
+        cpu += time.process_time() - t0
+    return pa.concat_tables(parts), cpu
+
+
+def _kept(table: pa.Table) -> pa.Table:
+    return table.filter(table["keep"])
+
+
+def _shares(table: pa.Table, lang_column: str) -> dict[str, dict]:
+    n: Counter = Counter()
+    dropped: dict[str, Counter] = defaultdict(Counter)
+    for lang, reason in zip(table[lang_column].to_pylist(), table["reason"].to_pylist()):
+        lang = lang or "unknown"
+        n[lang] += 1
+        if reason is not None:
+            dropped[lang][reason] += 1
+    return {lang: {"documents": n[lang], "dropped": sum(dropped[lang].values()),
+                   "reasons": dict(dropped[lang].most_common())}
+            for lang in sorted(n, key=lambda k: -n[k])}
+
+
+def run(out_dir: Path, corpus: Path = CORPUS, limit: int | None = None) -> str:
+    """Benchmark the quality stages; return a Markdown section, write quality.json."""
+    from stages import heuristics, langid, perplexity
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not (corpus / "dev-fortunes.jsonl.zst").exists():
+        return f"## Quality stages\n\nskipped: {corpus} not found\n"
+    table = load_corpus(corpus, limit)
+    work = out_dir / "quality-work"
+    ctx = StageContext(work_dir=work, cache_dir=out_dir / "quality-cache", seed=0,
+                       tools_dir=REPO_ROOT / "tools" / "bin")
+    work.mkdir(parents=True, exist_ok=True)
+    default = __import__("yaml").safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())
+    results = {"corpus": str(corpus), "documents": table.num_rows, "cpus": os.cpu_count(),
+               "load_average_at_start": os.getloadavg()[0], "stages": {}}
+
+    lid = langid.LangIdStage(langid.Config(**default.get("langid", {})), ctx)
+    lid_out, cpu = _run_stage(lid, table)
+    results["stages"]["langid"] = _facts(table, cpu, _shares(lid_out, "label"))
+
+    heur_in = _kept(lid_out)
+    heur = heuristics.HeuristicsStage(heuristics.Config(**default.get("heuristics", {})), ctx)
+    heur_out, cpu = _run_stage(heur, heur_in)
+    results["stages"]["heuristics"] = _facts(heur_in, cpu, _shares(heur_out, "langid_lang"))
+
+    ppl_in = _kept(heur_out)
+    if (ctx.tools_dir / "lmplz").exists():
+        path = work / "heuristics.parquet"
+        pq.write_table(heur_out.select([c for c in heur_out.column_names if c != "label"]), path)
+        cfg = {**default.get("perplexity", {}), "reference_source": "debref"}
+        ppl_stage = perplexity.PerplexityStage(perplexity.Config(**cfg), ctx)
+        t0 = time.process_time()
+        fit = ppl_stage.fit(Partitions([path], lambda fn, items: [fn(i) for i in items]))
+        fit_cpu = time.process_time() - t0
+        ppl_out, cpu = _run_stage(ppl_stage, ppl_in)
+        results["stages"]["perplexity"] = {**_facts(ppl_in, cpu, _shares(ppl_out, "langid_lang")),
+                                           "fit_cpu_s": round(fit_cpu, 2),
+                                           "thresholds": {k: v["threshold"] for k, v in
+                                                          fit["languages"].items()}}
+    (out_dir / "quality.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    return markdown(results)
+
+
+def _facts(table: pa.Table, cpu: float, shares: dict) -> dict:
+    chars = sum(table["chars"].to_pylist())
+    cpu = max(cpu, 1e-9)
+    return {"documents": table.num_rows, "chars": chars, "cpu_s": round(cpu, 2),
+            "documents_per_s": round(table.num_rows / cpu, 1),
+            "mchars_per_s": round(chars / cpu / 1e6, 3), "by_language": shares}
+
+
+def markdown(results: dict) -> str:
+    """The Markdown section of :func:`run`'s results."""
+    lines = [(f"## Quality stages ({results['corpus']}, {results['documents']:,} documents, "
+              f"load average {results['load_average_at_start']:.1f} on {results['cpus']} CPUs)"), "",
+             "| stage | documents | M chars | CPU s | documents/s per core | M chars/s per core |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in results["stages"].items():
+        lines.append(f"| {name} | {s['documents']:,} | {s['chars'] / 1e6:.1f} | {s['cpu_s']} | "
+                     f"{s['documents_per_s']:,.0f} | {s['mchars_per_s']} |")
+    for name, s in results["stages"].items():
+        lines += ["", f"### {name}: share dropped per reason per language", "",
+                  "| language | documents | dropped | reasons (share of the language's documents) |",
+                  "|---|---:|---:|---|"]
+        for lang, f in s["by_language"].items():
+            if f["documents"] < 50:
+                continue
+            reasons = ", ".join(f"`{r.split('.', 1)[1]}` {c / f['documents']:.1%}"
+                                for r, c in f["reasons"].items() if c / f["documents"] >= 0.001)
+            lines.append(f"| {lang} | {f['documents']:,} | {f['dropped'] / f['documents']:.1%} | "
+                         f"{reasons} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
+    ap.add_argument("--corpus", type=Path, default=CORPUS)
+    ap.add_argument("--limit", type=int, default=None, help="every k-th document, at most N")
+    args = ap.parse_args()
+    print(run(args.out, args.corpus, args.limit))

@@ -1,0 +1,121 @@
+"""Random kept or dropped examples of a built version, for reading decisions.
+
+A version directory holds ``decisions/<stage>.parquet`` (every document that
+stage dropped, with its text, reason and every measurement column made so far)
+and ``documents.parquet`` (the kept documents with all columns). This module
+picks a seeded, order-independent sample from either and formats it;
+``python -m pipeline inspect VERSION --stage S [--reason R] [-n 10] [--kept]``
+is its face.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+BASE_SHOWN = ("id", "source", "reason", "chars")
+
+
+def _rank(seed: int, doc_id: str) -> bytes:
+    return hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest()
+
+
+def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n: int = 10,
+                    kept: bool = False, seed: int = 0) -> list[dict[str, Any]]:
+    """Up to ``n`` random documents that ``stage`` dropped (or, with ``kept``,
+    that the version kept), with their text and ``stage``'s measurements.
+
+    Args:
+        version_dir: a published version (``corpora/<VERSION>``).
+        stage: a stage name with ``decisions/<stage>.parquet`` (``langid``,
+            ``heuristics``, ``perplexity``, ``dedup`` ...).
+        reason: only drops with this reason code (e.g.
+            ``heuristics.max_unbroken_run``); None: any reason. Not allowed
+            with ``kept``.
+        n: how many examples (fewer when fewer match), n >= 1.
+        kept: sample the kept documents (``documents.parquet``) instead.
+        seed: the sample is the ``n`` documents with the smallest
+            ``blake2b(f"{seed}:{id}")``, so the same seed gives the same
+            examples whatever the file order, and growing ``n`` extends it.
+
+    Returns:
+        Dicts with ``id``, ``source``, ``reason`` (None when kept), ``chars``,
+        ``text`` and every ``<stage>_*`` column, in sample order.
+
+    Raises:
+        ValueError: ``n`` < 1; ``reason`` with ``kept``; no decisions file
+            for ``stage`` (the message lists the stages that have one); a
+            ``reason`` that ``stage`` never gave (the message lists the reasons
+            with their counts).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (got {n})")
+    version_dir = Path(version_dir)
+    decisions = version_dir / "decisions"
+    if kept:
+        if reason is not None:
+            raise ValueError("--reason selects dropped documents; it cannot be used with --kept")
+        path = version_dir / "documents.parquet"
+    else:
+        path = decisions / f"{stage}.parquet"
+        if not path.is_file():
+            have = sorted(p.stem for p in decisions.glob("*.parquet")) if decisions.is_dir() else []
+            raise ValueError(f"no decisions for stage {stage!r} in {version_dir} "
+                             f"(stages with decisions: {', '.join(have) or 'none'})")
+    schema = pq.read_schema(path)
+    prefix = f"{stage}_"
+    stage_columns = [c for c in schema.names if c.startswith(prefix)]
+    if kept and not stage_columns:
+        raise ValueError(f"documents.parquet has no {prefix}* columns: unknown stage {stage!r}")
+    wanted = [c for c in (*BASE_SHOWN, "text") if c in schema.names] + stage_columns
+    table = pq.read_table(path, columns=wanted)
+    if reason is not None:
+        selected = table.filter(pc.equal(table["reason"], reason))
+        if selected.num_rows == 0:
+            counts = table["reason"].value_counts().to_pylist()
+            listed = ", ".join(f"{c['values']} ({c['counts']})" for c in
+                               sorted(counts, key=lambda c: (-c["counts"], str(c["values"]))))
+            raise ValueError(f"stage {stage!r} dropped no document with reason {reason!r} "
+                             f"(its reasons: {listed or 'none'})")
+        table = selected
+    ids = table["id"].to_pylist()
+    order = sorted(range(len(ids)), key=lambda i: _rank(seed, ids[i]))[:n]
+    rows = table.take(order).to_pylist()
+    for row in rows:
+        row.setdefault("reason", None)
+    return rows
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str) and value.startswith("["):
+        try:
+            return json.dumps(json.loads(value), ensure_ascii=False, separators=(",", ":"))
+        except ValueError:
+            return value
+    return str(value)
+
+
+def format_examples(rows: list[dict[str, Any]], stage: str, max_chars: int = 400) -> str:
+    """Plain-text listing: per example a header (id, source, reason, chars),
+    the non-null ``<stage>_*`` measurements as ``name=value``, and the first
+    ``max_chars`` characters of the text (line breaks shown as ``⏎``)."""
+    prefix = f"{stage}_"
+    out = []
+    for i, row in enumerate(rows, 1):
+        out.append(f"── {i}. {row['id']}  source={row.get('source')}  "
+                   f"reason={row.get('reason') or 'kept'}  chars={row.get('chars')}")
+        values = [f"{k[len(prefix):]}={_short(v)}" for k, v in row.items()
+                  if k.startswith(prefix) and v is not None]
+        if values:
+            out.append("   " + "  ".join(values))
+        text = row.get("text") or ""
+        snippet = text[:max_chars].replace("\r\n", "⏎").replace("\n", "⏎")
+        out.append("   " + snippet + (" …" if len(text) > max_chars else ""))
+    return "\n".join(out) if out else "(no example)"
