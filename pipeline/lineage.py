@@ -1,11 +1,15 @@
-"""Step -> samples -> document pieces: what a training step was made of.
+"""Step -> samples -> document pieces: what a training step was made of, and
+the reverse, document -> samples and steps.
 
 ``lineage.parquet`` has one row per (sample, document piece), sorted by
-``(sample_index, segment)``, so the rows of one step are one contiguous
-``sample_index`` range: a filtered read touches only the row groups whose
-min/max statistics overlap it. ``documents.parquet`` (one row per kept
-document, sorted by ``id``) gives each piece's stage decisions; only its row
-groups that hold a wanted id are read, and only the needed columns.
+``(sample_index, segment)``, so the rows of one step (or of steps N-K..N+K) are
+one contiguous ``sample_index`` range. ``lineage_by_doc.parquet`` holds the
+same rows sorted by ``doc_id``: the on-disk index of the reverse lookup.
+``documents.parquet`` (one row per kept document, sorted by ``id``) gives each
+piece's stage decisions. All three are found by row-group min/max statistics
+read from the Parquet footer (:func:`row_groups_for`): a lookup decodes only
+the row groups that can hold its keys, whatever the version's size (measured:
+bench/loader.py, 10M samples).
 
 Imports only pyarrow and ``pipeline.order``/``pipeline.loader`` (whose MindSpore
 import is deferred), so a lookup costs no MindSpore start-up.
@@ -25,6 +29,7 @@ from pipeline.loader import read_manifest
 from pipeline.order import check_dp, num_steps, rank_samples
 
 LINEAGE = "lineage.parquet"
+LINEAGE_BY_DOC = "lineage_by_doc.parquet"
 DOCUMENTS = "documents.parquet"
 SEGMENT_COLUMNS = (
     "segment", "doc_id", "source", "file", "line", "repeat",
@@ -41,25 +46,67 @@ DECISION_COLUMNS = (
 DEFAULT_TEXT_CHARS = 200
 
 
+def row_groups_for(parquet: pq.ParquetFile, column: str, low: Any, high: Any) -> list[int]:
+    """Row groups of ``parquet`` whose min/max statistics of ``column`` overlap
+    ``[low, high]`` (inclusive); a group without statistics is always included.
+    Reads only the footer (already parsed by ``pq.ParquetFile``)."""
+    index = parquet.schema_arrow.get_field_index(column)
+    if index < 0:
+        raise KeyError(f"{parquet}: no column {column!r}")
+    metadata = parquet.metadata
+    groups = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
+            groups.append(group)
+    return groups
+
+
+def _read_groups(parquet: pq.ParquetFile, groups: list[int], columns: list[str], schema=None) -> pa.Table:
+    if not groups:
+        return (schema or parquet.schema_arrow).empty_table().select(columns)
+    return parquet.read_row_groups(groups, columns=columns)
+
+
 def read_step_segments(version_dir: Path, first: int, stop: int) -> pa.Table:
     """Rows of ``lineage.parquet`` with ``first <= sample_index < stop``, sorted
-    by ``(sample_index, segment)``; row groups outside the range are skipped by
-    their statistics."""
-    table = pq.read_table(
-        Path(version_dir) / LINEAGE,
-        columns=["sample_index", *SEGMENT_COLUMNS],
-        filters=[("sample_index", ">=", first), ("sample_index", "<", stop)],
-    )
+    by ``(sample_index, segment)``; only row groups whose statistics overlap the
+    range are decoded."""
+    parquet = pq.ParquetFile(Path(version_dir) / LINEAGE)
+    present = set(parquet.schema_arrow.names)
+    columns = ["sample_index", *SEGMENT_COLUMNS, *(c for c in DECISION_COLUMNS if c in present)]
+    table = _read_groups(parquet, row_groups_for(parquet, "sample_index", first, stop - 1), columns)
+    index = table["sample_index"]
+    table = table.filter(pc.and_(pc.greater_equal(index, first), pc.less(index, stop)))
     return table.sort_by([("sample_index", "ascending"), ("segment", "ascending")])
 
 
-def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CHARS) -> dict[str, dict[str, Any]]:
+def read_document_segments(version_dir: Path, doc_id: str) -> pa.Table:
+    """Rows of the lineage that hold document ``doc_id`` (every copy, every
+    piece), sorted by ``(repeat, doc_token_start)``. Uses the
+    ``lineage_by_doc.parquet`` index; a version built before it existed is
+    scanned (``lineage.parquet`` filtered on ``doc_id``: slow on big versions)."""
+    columns = ["sample_index", *SEGMENT_COLUMNS]
+    index_path = Path(version_dir) / LINEAGE_BY_DOC
+    if index_path.is_file():
+        parquet = pq.ParquetFile(index_path)
+        table = _read_groups(parquet, row_groups_for(parquet, "doc_id", doc_id, doc_id), columns)
+    else:
+        table = pq.read_table(Path(version_dir) / LINEAGE, columns=columns, filters=[("doc_id", "=", doc_id)])
+    table = table.filter(pc.equal(table["doc_id"], doc_id))
+    return table.sort_by([("repeat", "ascending"), ("doc_token_start", "ascending")])
+
+
+def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CHARS,
+                   columns: tuple[str, ...] = DECISION_COLUMNS) -> dict[str, dict[str, Any]]:
     """Decision columns (and a ``text_excerpt`` of the first ``text_chars``
     characters) of the documents ``ids``, keyed by id.
 
-    Reads the ``id`` column of each row group, then the other columns only of
-    row groups holding a wanted id. Columns of :data:`DECISION_COLUMNS` absent
-    from the file come back as None.
+    ``documents.parquet`` is sorted by id, so each row group covers an id
+    range: only the groups whose footer statistics can hold a wanted id are
+    decoded (in one multi-threaded read), and only ``columns`` (default
+    :data:`DECISION_COLUMNS`) plus ``text`` when ``text_chars > 0``. Requested
+    columns absent from the file come back as None.
 
     Raises:
         FileNotFoundError: no such file.
@@ -67,23 +114,35 @@ def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CH
     """
     parquet = pq.ParquetFile(path)
     present = set(parquet.schema_arrow.names)
-    columns = ["id", *(c for c in DECISION_COLUMNS if c in present), *(["text"] if "text" in present else [])]
-    wanted = pa.array(sorted(set(ids)), pa.string())
+    with_text = text_chars > 0 and "text" in present
+    columns = ["id", *(c for c in columns if c in present), *(["text"] if with_text else [])]
+    wanted_ids = sorted(set(ids))
+    wanted = pa.array(wanted_ids, pa.string())
+    groups = set()
+    for doc_id in wanted_ids:
+        groups.update(row_groups_for(parquet, "id", doc_id, doc_id))
     found: dict[str, dict[str, Any]] = {}
-    for group in range(parquet.num_row_groups):
-        mask = pc.is_in(parquet.read_row_group(group, columns=["id"])["id"], value_set=wanted)
-        if not pc.any(mask).as_py():
-            continue
-        rows = parquet.read_row_group(group, columns=columns).filter(mask)
-        if "text" in present:
-            excerpt = pc.utf8_slice_codeunits(rows["text"], 0, text_chars)
-            rows = rows.drop_columns(["text"]).append_column("text_excerpt", excerpt)
-        for row in rows.to_pylist():
-            found.setdefault(row["id"], row)
-    missing = [i for i in wanted.to_pylist() if i not in found]
+    rows = _read_groups(parquet, sorted(groups), columns)
+    rows = rows.filter(pc.is_in(rows["id"], value_set=wanted))
+    if with_text:
+        excerpt = pc.utf8_slice_codeunits(rows["text"], 0, text_chars)
+        rows = rows.drop_columns(["text"]).append_column("text_excerpt", excerpt)
+    for row in rows.to_pylist():
+        found.setdefault(row["id"], row)
+    missing = [i for i in wanted_ids if i not in found]
     if missing:
         raise ValueError(f"{path}: {len(missing)} document(s) of the lineage are missing, e.g. {missing[:3]}")
     return found
+
+
+def sample_position(sample_index: int, global_batch: int, dp_size: int = 1) -> dict[str, int]:
+    """Where global sample ``sample_index`` is read (inverse of
+    ``pipeline.order.rank_samples``): ``step``, ``dp_rank`` and ``row`` in that
+    rank's batch. Does not know ``num_samples``: a sample at or past
+    ``num_steps * global_batch`` is in no step (check it first)."""
+    check_dp(global_batch, 0, dp_size)
+    step, offset = divmod(sample_index, global_batch)
+    return {"step": step, "dp_rank": offset % dp_size, "row": offset // dp_size}
 
 
 def lineage_for_step(
@@ -92,11 +151,15 @@ def lineage_for_step(
     global_batch: int,
     dp_size: int = 1,
     text_chars: int = DEFAULT_TEXT_CHARS,
+    around: int = 0,
 ) -> list[dict[str, Any]]:
-    """The samples of global step ``step`` and the document pieces in each.
+    """The samples of global step ``step`` (or of steps ``step - around`` ..
+    ``step + around``, clipped to the version's steps) and the document pieces
+    in each.
 
-    Returns one dict per sample, in loader order (rank 0's samples first, each
-    rank's in its batch order, as ``pipeline.order.rank_samples``):
+    Returns one dict per sample, by step, then in loader order (rank 0's
+    samples first, each rank's in its batch order, as
+    ``pipeline.order.rank_samples``):
     ``step``, ``sample_index`` (global row index), ``dp_rank``, ``row`` (row in
     that rank's batch) and ``segments``: a list, in sample order, of dicts with
     ``segment``, ``doc_id``, ``source``, ``file``, ``line``, ``repeat`` (which
@@ -109,8 +172,8 @@ def lineage_for_step(
     Raises:
         FileNotFoundError: no manifest, lineage.parquet or documents.parquet.
         ValueError: bad ``global_batch``/``dp_size``; ``step`` outside
-            ``[0, num_steps)``; a sample of the step without lineage rows; a
-            lineage document missing from documents.parquet.
+            ``[0, num_steps)``; ``around < 0``; a sample of the steps without
+            lineage rows; a lineage document missing from documents.parquet.
     """
     version_dir = Path(version_dir)
     check_dp(global_batch, 0, dp_size)
@@ -118,29 +181,109 @@ def lineage_for_step(
     steps = num_steps(manifest["num_samples"], global_batch)
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < steps:
         raise ValueError(f"step must be an int in [0, {steps}) for global_batch {global_batch}, got {step!r}")
+    if isinstance(around, bool) or not isinstance(around, int) or around < 0:
+        raise ValueError(f"around must be an int >= 0, got {around!r}")
+    first_step, last_step = max(0, step - around), min(steps - 1, step + around)
 
-    first = step * global_batch
-    segments = read_step_segments(version_dir, first, first + global_batch)
-    documents = read_documents(version_dir / DOCUMENTS, segments["doc_id"].to_pylist(), text_chars)
+    first = first_step * global_batch
+    segments = read_step_segments(version_dir, first, (last_step + 1) * global_batch)
+    # Versions built since lineage carries the decisions need documents.parquet
+    # only for the text; older ones for both.
+    carried = all(c in segments.column_names for c in DECISION_COLUMNS)
+    documents: dict[str, dict[str, Any]] = {}
+    if text_chars > 0 or not carried:
+        documents = read_documents(version_dir / DOCUMENTS, segments["doc_id"].to_pylist(), max(text_chars, 0),
+                                   columns=() if carried else DECISION_COLUMNS)
 
     by_sample: dict[int, list[dict[str, Any]]] = {}
     for row in segments.to_pylist():
-        decisions = documents[row["doc_id"]]
+        decisions = row if carried else documents[row["doc_id"]]
         segment = {k: row[k] for k in SEGMENT_COLUMNS}
         segment.update({k: decisions.get(k) for k in DECISION_COLUMNS})
-        segment["text_excerpt"] = decisions.get("text_excerpt")
+        segment["text_excerpt"] = documents[row["doc_id"]].get("text_excerpt") if text_chars > 0 else None
         by_sample.setdefault(row["sample_index"], []).append(segment)
 
     records = []
-    for dp_rank in range(dp_size):
-        for row_in_batch, sample_index in enumerate(rank_samples(step, global_batch, dp_rank, dp_size)):
-            if sample_index not in by_sample:
-                raise ValueError(f"{version_dir / LINEAGE}: no rows for sample {sample_index} of step {step}")
-            records.append({
-                "step": step, "sample_index": sample_index, "dp_rank": dp_rank,
-                "row": row_in_batch, "segments": by_sample[sample_index],
-            })
+    for each_step in range(first_step, last_step + 1):
+        for dp_rank in range(dp_size):
+            for row_in_batch, sample_index in enumerate(rank_samples(each_step, global_batch, dp_rank, dp_size)):
+                if sample_index not in by_sample:
+                    raise ValueError(f"{version_dir / LINEAGE}: no rows for sample {sample_index} "
+                                     f"of step {each_step}")
+                records.append({
+                    "step": each_step, "sample_index": sample_index, "dp_rank": dp_rank,
+                    "row": row_in_batch, "segments": by_sample[sample_index],
+                })
     return records
+
+
+def lineage_for_document(
+    version_dir: str | Path,
+    doc_id: str,
+    global_batch: int,
+    dp_size: int = 1,
+    text_chars: int = DEFAULT_TEXT_CHARS,
+) -> dict[str, Any]:
+    """The reverse lookup: the samples and steps that hold document ``doc_id``.
+
+    Returns:
+        ``{"doc_id", "document": {decisions of DECISION_COLUMNS, text_excerpt}
+        or None when no sample holds it, "pieces": [...]}``; one piece per
+        (copy, sample) in (repeat, doc_token_start) order, with
+        ``sample_index``, ``step`` (None when the sample lies in the unused
+        tail past the last complete step), ``dp_rank``, ``row``, ``segment``,
+        ``repeat``, ``doc_token_start``/``doc_token_end``,
+        ``sample_token_start``/``sample_token_end``, ``source``, ``file``,
+        ``line``. An id that is in no sample (dropped, not sampled, or only in
+        the dropped packing tail) gives an empty ``pieces`` list.
+
+    Raises:
+        FileNotFoundError: no manifest or lineage.
+        ValueError: bad ``global_batch``/``dp_size``.
+    """
+    version_dir = Path(version_dir)
+    check_dp(global_batch, 0, dp_size)
+    manifest = read_manifest(version_dir)
+    used = num_steps(manifest["num_samples"], global_batch) * global_batch
+    segments = read_document_segments(version_dir, doc_id)
+    pieces = []
+    for row in segments.to_pylist():
+        where = sample_position(row["sample_index"], global_batch, dp_size)
+        if row["sample_index"] >= used:
+            where = {"step": None, "dp_rank": None, "row": None}
+        pieces.append({"sample_index": row["sample_index"], **where,
+                       **{k: row[k] for k in SEGMENT_COLUMNS if k != "doc_id"}})
+    document = None
+    if pieces:
+        document = read_documents(version_dir / DOCUMENTS, [doc_id], text_chars)[doc_id]
+        document = {k: document.get(k) for k in (*DECISION_COLUMNS, "text_excerpt")}
+    return {"doc_id": doc_id, "document": document, "pieces": pieces}
+
+
+def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> str:
+    """A plain-text table of :func:`lineage_for_document`: one line per piece
+    (step, rank, row, sample, segment, copy, token ranges), then the
+    document's decisions (and its text excerpt with ``show_text``)."""
+    header = ["step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok"]
+    lines = [header]
+    for p in result["pieces"]:
+        lines.append([_fmt(p["step"]), _fmt(p["dp_rank"]), _fmt(p["row"]), str(p["sample_index"]),
+                      str(p["segment"]), str(p["repeat"]), f"{p['doc_token_start']}-{p['doc_token_end']}",
+                      f"{p['sample_token_start']}-{p['sample_token_end']}"])
+    widths = [max(_cell_width(line[i]) for line in lines) for i in range(len(header))]
+    out = ["  ".join(c + " " * (w - _cell_width(c)) for c, w in zip(line, widths)).rstrip() for line in lines]
+    doc = result["document"]
+    if doc is None:
+        out.append(f"{result['doc_id']}: in no sample of this version")
+    else:
+        steps = sorted({p["step"] for p in result["pieces"] if p["step"] is not None})
+        out.append(f"{result['doc_id']}: {len(result['pieces'])} pieces in steps {steps}; "
+                   f"lang {_fmt(doc['langid_lang'])}({_fmt(doc['langid_score'])}), "
+                   f"perplexity {_fmt(doc['perplexity_value'], 1)}({_fmt(doc['perplexity_bucket'])}), "
+                   f"dedup cluster {_fmt(doc['dedup_cluster'])}, copies {_fmt(doc['mixture_repeats'])}")
+        if show_text:
+            out.append(" ".join((doc.get("text_excerpt") or "").split()))
+    return "\n".join(out) + "\n"
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
@@ -176,7 +319,7 @@ TEXT_COLUMN_WIDTH = 60  # terminal columns of the text excerpt in format_lineage
 
 def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> str:
     """A plain-text table of :func:`lineage_for_step` records, one line per
-    document piece: rank, row, sample index, segment, sample and document token
+    document piece: step, rank, row, sample index, segment, sample and document token
     ranges (end exclusive), document id, language (score), perplexity (bucket),
     dedup cluster, repeat; with ``show_text``, the document's text excerpt
     (whitespace collapsed, cut to 60 terminal columns). Columns are aligned by
@@ -185,14 +328,14 @@ def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> st
     Written by hand rather than with rich: rich took 12 s for a 2,500-piece
     step (global batch 1024), this ~0.3 s (measured).
     """
-    header = ["rank", "row", "sample", "seg", "sample_tok", "doc_tok", "doc_id", "lang", "ppl", "dedup", "rep"]
+    header = ["step", "rank", "row", "sample", "seg", "sample_tok", "doc_tok", "doc_id", "lang", "ppl", "dedup", "rep"]
     if show_text:
         header.append("text")
     lines = [header]
     for record in records:
         for seg in record["segments"]:
             cells = [
-                str(record["dp_rank"]), str(record["row"]), str(record["sample_index"]), str(seg["segment"]),
+                str(record["step"]), str(record["dp_rank"]), str(record["row"]), str(record["sample_index"]), str(seg["segment"]),
                 f"{seg['sample_token_start']}-{seg['sample_token_end']}",
                 f"{seg['doc_token_start']}-{seg['doc_token_end']}",
                 seg["doc_id"],
@@ -209,7 +352,8 @@ def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> st
     for line in lines:
         padded = [c + " " * (w - _cell_width(c)) for c, w in zip(line, widths)]
         out.append("  ".join(padded).rstrip())
-    if records:
-        pieces = sum(len(r["segments"]) for r in records)
-        out.append(f"step {records[0]['step']}: {len(records)} samples, {pieces} document pieces")
+    for step in sorted({r["step"] for r in records}):
+        of_step = [r for r in records if r["step"] == step]
+        pieces = sum(len(r["segments"]) for r in of_step)
+        out.append(f"step {step}: {len(of_step)} samples, {pieces} document pieces")
     return "\n".join(out) + "\n"

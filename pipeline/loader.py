@@ -14,6 +14,13 @@ child's count is a multiple of N, the parent never pads by wrapping around.
 Both samplers are O(1) in memory, unlike a ``SubsetSampler`` over an explicit
 index list (~0.5 s and a Python list per million rows, measured).
 
+Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
+document boundaries were added, ``actual_seq_len`` (int32[width]: where
+documents end in the model input, mindformers' compressed end-of-document
+format; see ``stages.packing.document_boundaries``). The manifest's
+``columns`` maps each stored column to its row shape; a version without it
+holds ``input_ids`` only.
+
 Imports nothing from ``stages/``. MindSpore is imported inside
 :func:`create_dataset`, so :func:`resolve_version` and :func:`read_manifest`
 are cheap for the lineage lookup and the CLI.
@@ -124,12 +131,17 @@ def create_dataset(
     seed: int = 0,
     start_step: int = 0,
     corpora_root: str | Path = "corpora",
+    columns: list[str] | tuple[str, ...] | None = None,
 ):
     """A ``mindspore.dataset`` pipeline yielding rank ``dp_rank``'s batches.
 
-    Each item is ``{"input_ids": int32[global_batch // dp_size, seq_length + 1]}``
-    (mindformers' pretraining row: the model takes ``[:, :-1]`` as inputs and
-    ``[:, 1:]`` as labels). Batch ``i`` of the dataset is global step
+    Each item is ``{"input_ids": int32[global_batch // dp_size, seq_length + 1],
+    "actual_seq_len": int32[global_batch // dp_size, width]}`` (the columns the
+    version stores, in that order, or ``columns``; mindformers' pretraining
+    row: the model takes ``input_ids[:, :-1]`` as inputs and ``[:, 1:]`` as
+    labels; ``actual_seq_len`` row ``i`` lists the ends of the documents in
+    row ``i``'s inputs, last = seq_length, padded by repeating it). With the
+    tuple iterator, ``batch[0]`` is always ``input_ids``. Batch ``i`` of the dataset is global step
     ``start_step + i``, holding ``pipeline.order.rank_samples(start_step + i,
     global_batch, dp_rank, dp_size)`` in that order. The dataset has
     ``num_steps(num_samples, global_batch) - start_step`` batches, the same on
@@ -153,6 +165,9 @@ def create_dataset(
         start_step: first global step to yield (resume); its rows and those of
             later steps are the only rows read.
         corpora_root: where version names are looked up.
+        columns: the columns to read, default every column the version stores
+            (``input_ids`` first). Reading only ``["input_ids"]`` skips the
+            boundaries.
 
     Raises:
         FileNotFoundError: no such version, or a shard file or ``.db`` missing.
@@ -162,6 +177,7 @@ def create_dataset(
             fewer samples than one global batch, ``start_step`` not in
             ``[0, num_steps)``, or a manifest/shard mismatch.
         TypeError: a non-int ``global_batch``/``dp_rank``/``dp_size``.
+        KeyError: a requested column the version does not store.
     """
     per_rank_batch = check_dp(global_batch, dp_rank, dp_size)
     cpus = os.cpu_count() or 1
@@ -181,6 +197,13 @@ def create_dataset(
         )
     if start_step >= steps:
         raise ValueError(f"start_step {start_step} is past the last step ({steps - 1}) of {version_dir}")
+    stored = stored_columns(manifest)
+    if columns is None:
+        columns = list(stored)
+    columns = [COLUMN, *(c for c in columns if c != COLUMN)] if COLUMN in columns else list(columns)
+    unknown = [c for c in columns if c not in stored]
+    if unknown or not columns:
+        raise KeyError(f"{version_dir}: no column(s) {unknown or columns}; stored: {list(stored)}")
     paths = check_shards(version_dir, manifest)
 
     import mindspore.dataset as ds
@@ -190,12 +213,28 @@ def create_dataset(
     sampler.add_child(
         ds.SequentialSampler(start_index=start_step * global_batch, num_samples=(steps - start_step) * global_batch)
     )
-    dataset = ds.MindDataset(paths, columns_list=[COLUMN], sampler=sampler, num_parallel_workers=num_parallel_workers)
+    dataset = ds.MindDataset(paths, columns_list=columns, sampler=sampler, num_parallel_workers=num_parallel_workers)
     dataset = dataset.batch(per_rank_batch, drop_remainder=True, num_parallel_workers=num_parallel_workers)
     # MindDataset requires identical metadata (schema included) in all files, so
     # one look at the first batch checks every shard's row length (~0.2 s).
     shapes, types = dataset.output_shapes(), dataset.output_types()
-    expected = [per_rank_batch, manifest["seq_length"] + 1]
-    if shapes != [expected] or types != [np.int32]:
-        raise ValueError(f"{version_dir}: batches are {types}{shapes}, expected int32{expected} from the manifest")
+    expected = [[per_rank_batch, *stored[c]] for c in columns]
+    if shapes != expected or types != [np.int32] * len(columns):
+        want = ", ".join(f"{c} int32{e}" for c, e in zip(columns, expected))
+        raise ValueError(f"{version_dir}: batches are {types}{shapes}, expected int32{expected[0]} "
+                         f"({want}) from the manifest")
     return dataset
+
+
+def stored_columns(manifest: dict[str, Any]) -> dict[str, list[int]]:
+    """Column name -> row shape of a version's shards, from the manifest's
+    ``columns`` (``{"input_ids": [seq_length + 1]}`` for versions without it).
+
+    Raises:
+        ValueError: ``columns`` present but without ``input_ids`` of shape
+            ``[seq_length + 1]``.
+    """
+    columns = manifest.get("columns") or {COLUMN: [manifest["seq_length"] + 1]}
+    if list(columns.get(COLUMN, [])) != [manifest["seq_length"] + 1]:
+        raise ValueError(f"manifest columns {columns} lack input_ids [{manifest['seq_length'] + 1}]")
+    return {name: list(shape) for name, shape in columns.items()}

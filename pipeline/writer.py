@@ -7,10 +7,13 @@ consecutive row ranges and writes each range with its own
 one call across files at random, so the layout would change run to run
 (docs/loader_and_lineage.md, /work/shared/notes/dependencies.md).
 
-Schema: ``{"input_ids": {"type": "int32", "shape": [seq_length + 1]}}``. A fixed
-shape (rather than mindformers' ``[-1]``) records the row length in every shard's
-own header, so the loader checks each shard against the manifest's
-``seq_length`` without reading a row; the stored bytes are the same (measured).
+Schema: ``{"input_ids": {"type": "int32", "shape": [seq_length + 1]}}`` plus any
+extra int32 columns of fixed width, e.g. ``actual_seq_len`` (the document
+boundaries, ``stages.packing.document_boundaries``). A fixed shape (rather than
+mindformers' ``[-1]``) records the row length in every shard's own header, so
+the loader checks each shard against the manifest's ``seq_length`` without
+reading a row, and batches need no padding; the stored bytes are the same
+(measured).
 
 Writing the same samples twice gives byte-identical ``.mindrecord`` *and*
 ``.mindrecord.db`` files, in any directory: the SQLite index holds only the row
@@ -105,7 +108,7 @@ def page_and_header_size(num_rows: int, row_length: int) -> tuple[int, int]:
     return page, header
 
 
-def validate_samples(samples: Any) -> np.ndarray:
+def validate_samples(samples: Any, min_width: int = 2) -> np.ndarray:
     """Check that ``samples`` is a non-empty ``int32[n, L]`` array of token ids.
 
     MindSpore's FileWriter drops a row of the wrong dtype or shape with only a
@@ -126,8 +129,9 @@ def validate_samples(samples: Any) -> np.ndarray:
         raise ValueError(f"samples must be 2-D [num_samples, seq_length + 1], got shape {samples.shape}")
     if samples.shape[0] == 0:
         raise ValueError("samples has no rows: nothing to write")
-    if samples.shape[1] < 2:
-        raise ValueError(f"rows must hold seq_length + 1 >= 2 tokens, got {samples.shape[1]}")
+    if samples.shape[1] < min_width:
+        raise ValueError(f"rows must hold >= {min_width} values (seq_length + 1 for input_ids), "
+                         f"got {samples.shape[1]}")
     if samples.min() < 0:
         raise ValueError("samples contain a negative token id")
     return np.ascontiguousarray(samples)
@@ -142,18 +146,23 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def _write_one_shard(path: Path, rows: np.ndarray, page: int, header: int) -> None:
-    """Write ``rows`` (int32[n, L], validated) to one MindRecord file + ``.db``
-    with the given page and header sizes (bytes), then check that the committed
-    file holds exactly ``n`` rows."""
+def _write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, header: int) -> None:
+    """Write ``columns`` (name -> int32[n, width], validated, same n) to one
+    MindRecord file + ``.db`` with the given page and header sizes (bytes), then
+    check that the committed file holds exactly ``n`` rows."""
     from mindspore.mindrecord import FileReader, FileWriter
 
+    rows = columns[COLUMN]
+    names = list(columns)
     writer = FileWriter(str(path), shard_num=1, overwrite=False)
-    writer.add_schema({COLUMN: {"type": "int32", "shape": [rows.shape[1]]}}, SCHEMA_DESC)
+    writer.add_schema({name: {"type": "int32", "shape": [columns[name].shape[1]]} for name in names},
+                      SCHEMA_DESC)
     writer.set_header_size(header)
     writer.set_page_size(page)
     for start in range(0, rows.shape[0], _WRITE_CHUNK_ROWS):
-        writer.write_raw_data([{COLUMN: row} for row in rows[start : start + _WRITE_CHUNK_ROWS]])
+        stop = start + _WRITE_CHUNK_ROWS
+        chunk = {name: columns[name][start:stop] for name in names}
+        writer.write_raw_data([{name: chunk[name][i] for name in names} for i in range(len(chunk[COLUMN]))])
     writer.commit()
     reader = FileReader(str(path))
     try:
@@ -178,6 +187,7 @@ def write_shards(
     out_dir: str | Path,
     prefix: str = "corpus",
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+    columns: dict[str, np.ndarray] | None = None,
 ) -> list[dict]:
     """Write ``samples`` as MindRecord shards under ``out_dir/shards/``.
 
@@ -192,7 +202,12 @@ def write_shards(
             ``rows * (seq_length + 1) * 4`` bytes (default 1 GiB, see
             ``DEFAULT_MAX_SHARD_BYTES``). The file on disk is typically ~55 % of
             it at a 32k vocabulary. At least one row goes in each shard. Shard
-            boundaries depend only on (num_samples, seq_length, max_shard_bytes).
+            boundaries depend only on (num_samples, seq_length, max_shard_bytes),
+            not on ``columns``.
+        columns: extra columns, name -> ``int32[num_samples, width]`` (width
+            >= 1, values >= 0), stored next to ``input_ids`` in the same rows,
+            e.g. ``{"actual_seq_len": ...}``. Names ``[A-Za-z0-9_]+``, not
+            ``input_ids``.
 
     Returns:
         One dict per shard, in order: ``name`` (relative to ``out_dir``, e.g.
@@ -201,12 +216,21 @@ def write_shards(
         data file size).
 
     Raises:
-        TypeError / ValueError: see :func:`validate_samples`; bad prefix or
-            ``max_shard_bytes < 1``.
+        TypeError / ValueError: see :func:`validate_samples` (also applied to
+            each extra column); a column with another row count or a bad name;
+            bad prefix or ``max_shard_bytes < 1``.
         FileExistsError: a shard file already exists (never overwritten).
         RuntimeError: MindSpore committed a different number of rows.
     """
     samples = validate_samples(samples)
+    all_columns = {COLUMN: samples}
+    for name, values in (columns or {}).items():
+        if name == COLUMN or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise ValueError(f"bad extra column name {name!r}")
+        values = validate_samples(values, min_width=1)
+        if values.shape[0] != samples.shape[0]:
+            raise ValueError(f"column {name} has {values.shape[0]} rows, input_ids {samples.shape[0]}")
+        all_columns[name] = values
     if not _PREFIX_RE.match(prefix):
         raise ValueError(f"prefix must match {_PREFIX_RE.pattern}, got {prefix!r}")
     if max_shard_bytes < 1:
@@ -217,7 +241,8 @@ def write_shards(
     rows_per_shard = max(1, max_shard_bytes // (4 * row_length))
     # One page/header size for every shard: MindDataset refuses to read files
     # whose header metadata differ ("metadata ... is different from others").
-    page, header = page_and_header_size(min(rows_per_shard, num_rows), row_length)
+    stored_width = sum(values.shape[1] for values in all_columns.values())
+    page, header = page_and_header_size(min(rows_per_shard, num_rows), stored_width)
 
     shards = []
     for index, start in enumerate(range(0, num_rows, rows_per_shard)):
@@ -227,7 +252,8 @@ def write_shards(
             if existing.exists():
                 raise FileExistsError(f"{existing} exists; shards are never overwritten")
         rows = samples[start : start + rows_per_shard]
-        _write_one_shard(path, rows, page, header)
+        _write_one_shard(path, {n: v[start : start + rows_per_shard] for n, v in all_columns.items()},
+                         page, header)
         shards.append(
             {
                 "name": name,

@@ -1,11 +1,13 @@
-"""Document order, packing into ``seq_length + 1`` windows, and sample shuffle.
+"""Document order, packing into ``seq_length + 1`` windows, document boundaries,
+and sample shuffle.
 
 Pure functions over numpy arrays (not a Stage); the assemble step of the build
 calls them in this order::
 
-    order = document_order(doc_ids, repeats, seed)        # int64[m, 2]
-    samples, segments = pack(token_arrays, order, seq_length)
-    permutation = shuffle_samples(len(samples), seed)     # write order
+    order = document_order(doc_ids, repeats, seed)            # int64[m, 2]
+    samples, segments = pack(token_arrays, order, seq_length)  # or pack_best_fit(...)
+    actual_seq_len = document_boundaries(segments, len(samples), seq_length)
+    permutation = shuffle_samples(len(samples), seed)         # write order
 
 All randomness comes from a counter-based hash (SplitMix64 over the seed and
 xxh64 of document ids), not from ``numpy.random``, so the result is the same on
@@ -23,6 +25,7 @@ import xxhash
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ORDER_SALT = 0x6F72646572  # "order"
 _SHUFFLE_SALT = 0x73687566  # "shuf"
+PACKING_METHODS = ("concat_split", "best_fit")
 
 
 def id_hash(doc_id: str, seed: int) -> int:
@@ -41,8 +44,25 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
+def _unit_float(x: np.ndarray) -> np.ndarray:
+    """uint64[n] -> float64[n] in [0, 1) from the top 53 bits (exact, IEEE)."""
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
 def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.ndarray:
-    """A seeded global shuffle of every copy of every document.
+    """A seeded global shuffle of every copy of every document, with the copies
+    of an up-sampled document spread apart.
+
+    Copy ``k`` of a document with ``r`` copies gets the position key
+    ``(k + j) / r`` with ``j = 0.25 + 0.5 * u`` for ``r > 1`` and ``j = u`` for
+    ``r == 1``, where ``u`` in ``[0, 1)`` is a hash of (seed, id, k). Copies are
+    sorted by key (ties by id, then copy). So copy k lies in the k-th of r equal
+    parts of the stream, inside that part's middle half: two copies of one
+    document are at least ``1 / (2r)`` of the stream apart (in expectation over
+    the other documents' keys), never neighbours by chance, while their
+    positions still differ per copy and per seed. Our choice, in the spirit of
+    Megatron-LM's per-epoch reshuffle (each repeat in its own pass) without
+    making every pass hold the same documents in the same order.
 
     Args:
         doc_ids: n unique document ids.
@@ -52,8 +72,7 @@ def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.nda
     Returns:
         int64[m, 2], m = ``repeats.sum()``: rows of (index into ``doc_ids``,
         repeat index 0..repeats-1). The sequence of (id, repeat) pairs depends
-        only on the set of (id, repeats) and the seed, not on input order:
-        copies are sorted by a hash of (seed, xxh64(id), repeat), ties by id.
+        only on the set of (id, repeats) and the seed, not on input order.
 
     Raises:
         ValueError: length mismatch, duplicate ids or negative repeats.
@@ -75,15 +94,49 @@ def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.nda
     starts = np.cumsum(counts) - counts
     repeat = np.arange(len(doc), dtype=np.int64) - np.repeat(starts, counts)
     with np.errstate(over="ignore"):
-        key = _splitmix64(np.repeat(hashes, counts) ^ _splitmix64(
-            repeat.astype(np.uint64) + np.uint64(_ORDER_SALT)))
+        u = _unit_float(_splitmix64(np.repeat(hashes, counts) ^ _splitmix64(
+            repeat.astype(np.uint64) + np.uint64(_ORDER_SALT))))
+    copies = np.repeat(counts, counts).astype(np.float64)
+    jitter = np.where(copies > 1, 0.25 + 0.5 * u, u)
+    key = (repeat.astype(np.float64) + jitter) / np.maximum(copies, 1.0)
     perm = np.lexsort((repeat, rank, key))
     return np.stack([doc[perm], repeat[perm]], axis=1).astype(np.int64)
 
 
+def _check_order(token_arrays: Sequence[np.ndarray], order: np.ndarray,
+                 seq_length: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    if seq_length <= 0:
+        raise ValueError(f"seq_length must be > 0, got {seq_length}")
+    order = np.asarray(order, dtype=np.int64).reshape(-1, 2) if len(order) else \
+        np.zeros((0, 2), np.int64)
+    docs = order[:, 0]
+    if len(docs) and (docs.min() < 0 or docs.max() >= len(token_arrays)):
+        raise ValueError("order refers to a document index outside token_arrays")
+    pieces = [np.asarray(token_arrays[d]) for d in docs]
+    if any(p.ndim != 1 for p in pieces):
+        raise ValueError("every token array must be 1-D")
+    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    return order, pieces, lengths
+
+
+def _segments_table(sample, order, entry, doc_start, doc_end, sample_start, sample_end,
+                    metadata: dict[str, str]) -> pa.Table:
+    table = pa.table({
+        "sample_index": pa.array(np.asarray(sample, np.int64), pa.int64()),
+        "doc_index": pa.array(order[entry, 0], pa.int64()),
+        "repeat": pa.array(order[entry, 1].astype(np.int32), pa.int32()),
+        "doc_token_start": pa.array(np.asarray(doc_start, np.int64), pa.int64()),
+        "doc_token_end": pa.array(np.asarray(doc_end, np.int64), pa.int64()),
+        "sample_token_start": pa.array(np.asarray(sample_start).astype(np.int32), pa.int32()),
+        "sample_token_end": pa.array(np.asarray(sample_end).astype(np.int32), pa.int32()),
+    })
+    return table.replace_schema_metadata(metadata)
+
+
 def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
          seq_length: int) -> tuple[np.ndarray, pa.Table]:
-    """Concatenate documents in ``order`` and cut ``seq_length + 1`` windows.
+    """Concatenate documents in ``order`` and cut ``seq_length + 1`` windows
+    (``concat_split``, the default packing).
 
     The window is ``seq_length + 1`` tokens because the model trains on
     ``input_ids[:, :-1]`` against ``input_ids[:, 1:]`` (mindformers
@@ -108,24 +161,14 @@ def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
         The last partial window (``total % (seq_length + 1)`` tokens, the end
         of the last documents in ``order``) is dropped, as mindformers'
         preprocessing does: those tokens are in no sample and no segment row.
-        Their count is in ``segments.schema.metadata[b"dropped_tail_tokens"]``
-        (also ``b"total_tokens"`` and ``b"seq_length"``).
+        Schema metadata (strings): ``dropped_tail_tokens``, ``total_tokens``,
+        ``padding_tokens`` (always 0 here), ``seq_length``, ``method``.
 
     Raises:
         ValueError: bad ``seq_length``, ``order`` shape, index out of range, or
             a token array that is not 1-D.
     """
-    if seq_length <= 0:
-        raise ValueError(f"seq_length must be > 0, got {seq_length}")
-    order = np.asarray(order, dtype=np.int64).reshape(-1, 2) if len(order) else \
-        np.zeros((0, 2), np.int64)
-    docs = order[:, 0]
-    if len(docs) and (docs.min() < 0 or docs.max() >= len(token_arrays)):
-        raise ValueError("order refers to a document index outside token_arrays")
-    pieces = [np.asarray(token_arrays[d]) for d in docs]
-    if any(p.ndim != 1 for p in pieces):
-        raise ValueError("every token array must be 1-D")
-    lengths = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+    order, pieces, lengths = _check_order(token_arrays, order, seq_length)
     window = seq_length + 1
     total = int(lengths.sum())
     num_samples = total // window
@@ -148,21 +191,159 @@ def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
         np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count))
     lo = np.maximum(piece_start, sample * window)
     hi = np.minimum(piece_end, (sample + 1) * window)
-    segments = pa.table({
-        "sample_index": pa.array(sample, pa.int64()),
-        "doc_index": pa.array(order[piece_entry, 0], pa.int64()),
-        "repeat": pa.array(order[piece_entry, 1].astype(np.int32), pa.int32()),
-        "doc_token_start": pa.array(lo - piece_start, pa.int64()),
-        "doc_token_end": pa.array(hi - piece_start, pa.int64()),
-        "sample_token_start": pa.array((lo - sample * window).astype(np.int32), pa.int32()),
-        "sample_token_end": pa.array((hi - sample * window).astype(np.int32), pa.int32()),
-    })
-    segments = segments.replace_schema_metadata({
-        "dropped_tail_tokens": str(total - num_samples * window),
-        "total_tokens": str(total),
-        "seq_length": str(seq_length),
-    })
+    segments = _segments_table(sample, order, piece_entry, lo - piece_start, hi - piece_start,
+                               lo - sample * window, hi - sample * window, {
+                                   "dropped_tail_tokens": str(total - num_samples * window),
+                                   "total_tokens": str(total),
+                                   "padding_tokens": "0",
+                                   "seq_length": str(seq_length),
+                                   "method": "concat_split",
+                               })
     return samples, segments
+
+
+def pack_best_fit(token_arrays: Sequence[np.ndarray], order: np.ndarray, seq_length: int,
+                  pad_id: int = 0) -> tuple[np.ndarray, pa.Table]:
+    """Best-fit-decreasing packing: no document shorter than a window is split.
+
+    Each copy of ``n`` tokens is cut into ``n // (seq_length + 1)`` full windows
+    (each a sample of its own) and a remainder of ``n % (seq_length + 1)``
+    tokens. Remainders are placed, longest first (ties by their place in
+    ``order``), into the open sample with the least free space that still
+    holds them, else into a new sample; free space left at the end is filled
+    with ``pad_id``. This is the "best-fit packing" of Ding et al. 2024
+    ("Fewer Truncations Improve Language Modeling"): truncation only where a
+    document is longer than a window, at the cost of some padding (measured on
+    the dev corpus: docs/stages/mixture_packing.md). mindformers' loss ignores
+    ``pad_token_id`` labels (default 0), so padding does not train.
+
+    Args:
+        token_arrays, order, seq_length: as :func:`pack`.
+        pad_id: token id written into free space (the tokenizer's pad id, 0
+            here: ``manifest.json`` -> ``tokenizer.special_token_ids.pad``).
+
+    Returns:
+        ``samples`` int32[num_samples, seq_length + 1] (full windows in copy
+        order, then packed samples in creation order; the build shuffles them
+        afterwards) and ``segments`` as :func:`pack` (padding has no segment
+        row). Metadata ``dropped_tail_tokens`` is 0 (nothing is dropped),
+        ``padding_tokens`` the pad count, ``method`` ``best_fit``.
+
+    Raises:
+        ValueError: as :func:`pack`; ``pad_id < 0``.
+    """
+    if pad_id < 0:
+        raise ValueError(f"pad_id must be >= 0, got {pad_id}")
+    order, pieces, lengths = _check_order(token_arrays, order, seq_length)
+    window = seq_length + 1
+    full = lengths // window
+    rest = lengths - full * window
+    num_full = int(full.sum())
+
+    # Full windows: sample k of copy e starts at doc token k * window.
+    full_entry = np.repeat(np.arange(len(lengths)), full)
+    full_k = np.arange(num_full, dtype=np.int64) - np.repeat(np.cumsum(full) - full, full)
+
+    # Remainders, longest first, placed by best fit. free[c] = stack of open bins
+    # with c free tokens; `has` marks non-empty stacks for a vectorised search.
+    items = np.flatnonzero(rest > 0)
+    items = items[np.lexsort((items, -rest[items]))]
+    free: list[list[int]] = [[] for _ in range(window + 1)]
+    has = np.zeros(window + 1, dtype=bool)
+    bin_used: list[int] = []
+    placed_bin = np.empty(len(items), np.int64)
+    placed_at = np.empty(len(items), np.int64)
+    for k, e in enumerate(items.tolist()):
+        size = int(rest[e])
+        hit = int(np.argmax(has[size:])) + size if has[size:].any() else -1
+        if hit < 0:
+            b, used = len(bin_used), 0
+            bin_used.append(0)
+        else:
+            b = free[hit].pop()
+            if not free[hit]:
+                has[hit] = False
+            used = bin_used[b]
+        placed_bin[k], placed_at[k] = b, used
+        bin_used[b] = used + size
+        left = window - bin_used[b]
+        if left > 0:
+            free[left].append(b)
+            has[left] = True
+
+    num_bins = len(bin_used)
+    samples = np.full((num_full + num_bins, window), pad_id, dtype=np.int32)
+    for s, (e, k) in enumerate(zip(full_entry.tolist(), full_k.tolist())):
+        samples[s] = pieces[e][k * window:(k + 1) * window]
+    for k, e in enumerate(items.tolist()):
+        b, at = num_full + int(placed_bin[k]), int(placed_at[k])
+        samples[b, at:at + rest[e]] = pieces[e][full[e] * window:]
+
+    seg_sample = np.concatenate([np.arange(num_full, dtype=np.int64), num_full + placed_bin])
+    seg_entry = np.concatenate([full_entry, items]).astype(np.int64)
+    seg_doc_start = np.concatenate([full_k * window, full[items] * window])
+    seg_doc_end = np.concatenate([(full_k + 1) * window, lengths[items]])
+    seg_start = np.concatenate([np.zeros(num_full, np.int64), placed_at])
+    seg_end = np.concatenate([np.full(num_full, window, np.int64), placed_at + rest[items]])
+    by_position = np.lexsort((seg_start, seg_sample))
+    total = int(lengths.sum())
+    segments = _segments_table(
+        seg_sample[by_position], order, seg_entry[by_position], seg_doc_start[by_position],
+        seg_doc_end[by_position], seg_start[by_position], seg_end[by_position], {
+            "dropped_tail_tokens": "0",
+            "total_tokens": str(total),
+            "padding_tokens": str(samples.size - total),
+            "seq_length": str(seq_length),
+            "method": "best_fit",
+        })
+    return samples, segments
+
+
+def document_boundaries(segments: pa.Table, num_samples: int, seq_length: int) -> np.ndarray:
+    """Per sample, where documents end within the model input, in mindformers'
+    compressed end-of-document format (``actual_seq_len``).
+
+    The model input of a sample is ``input_ids[:seq_length]`` (labels are
+    ``input_ids[1:]``). Row ``i`` holds the ascending, distinct end offsets
+    (exclusive) of the document pieces of sample ``i`` clipped to
+    ``seq_length``, the last real entry always ``seq_length`` (best-fit padding
+    counts as one more piece ending there), then padded to the version's width
+    by repeating ``seq_length``. E.g. pieces ``[0, 5) [5, 9)`` of a
+    ``seq_length`` 8 sample give ``[5, 8]``. Attention and position ids reset
+    after each entry: this is what mindformers' ``compressed_eod_mask`` /
+    flash-attention TND layout takes as ``actual_seq_len`` (cumulative sequence
+    ends, last = seq_length; its ``asl_batch_wrapper`` offsets rows within a
+    micro batch), and the same positions follow from ``eod_reset`` on the EOS
+    tokens of a concat-split sample. Padding by repeating the last end adds
+    zero-length sequences.
+
+    Args:
+        segments: the segments table of :func:`pack`/:func:`pack_best_fit`
+            (``sample_index``, ``sample_token_end``), any row order.
+        num_samples: rows of the sample array.
+        seq_length: the model sequence length.
+
+    Returns:
+        int32[num_samples, width], ``width`` = the largest number of pieces in
+        one sample (>= 1).
+
+    Raises:
+        ValueError: a segment's sample index outside ``[0, num_samples)``.
+    """
+    sample = segments["sample_index"].to_numpy().astype(np.int64)
+    end = np.minimum(segments["sample_token_end"].to_numpy().astype(np.int64), seq_length)
+    if len(sample) and (sample.min() < 0 or sample.max() >= num_samples):
+        raise ValueError("segments refer to a sample outside [0, num_samples)")
+    sample = np.concatenate([sample, np.arange(num_samples, dtype=np.int64)])
+    end = np.concatenate([end, np.full(num_samples, seq_length, np.int64)])
+    keys = np.unique(sample * (seq_length + 1) + end)
+    sample, end = keys // (seq_length + 1), keys % (seq_length + 1)
+    counts = np.bincount(sample, minlength=num_samples)
+    width = max(1, int(counts.max()) if num_samples else 1)
+    out = np.full((num_samples, width), seq_length, dtype=np.int32)
+    column = np.arange(len(keys)) - np.repeat(np.cumsum(counts) - counts, counts)
+    out[sample, column] = end
+    return out
 
 
 def shuffle_samples(num_samples: int, seed: int) -> np.ndarray:

@@ -172,3 +172,157 @@ def test_document_missing_from_documents_parquet_raises(version, tmp_path):
                                            for r in lineage_for_step(vdir, s, 4) for seg in r["segments"])]
     with pytest.raises(ValueError, match="missing"):
         lineage_for_step(tmp_path, needs_it[0], 4)
+
+
+# ------------------------------------------------ a version built by pipeline.assemble
+# Byte tokenizer: token = UTF-8 byte + 3, EOS 1, pad 0, so any row slice decodes
+# back to the bytes of the document's text.
+EOS, OFFSET = 1, 3
+TEXTS = [
+    ("web", "今天天气很好，我们去公园散步。"),
+    ("web", "The quick brown fox jumps over the lazy dog."),
+    ("web", "Ein kurzer Satz."),
+    ("books", "吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。"),
+    ("books", "In the beginning God created the heaven and the earth."),
+    ("code", "def f(x):\n    return [x, x * 2]\n"),
+    ("code", "print('你好，世界')"),
+]
+REPEATS = [2, 1, 3, 1, 1, 2, 1]
+
+
+def _encode(text: str) -> list[int]:
+    return [b + OFFSET for b in text.encode("utf-8")] + [EOS]
+
+
+def _decode_bytes(ids) -> bytes:
+    return bytes(int(t) - OFFSET for t in ids if t >= OFFSET)
+
+
+def build_tiny_version(root, name: str, packing: str = "concat_split", seq_length: int = 16,
+                       texts=TEXTS, repeats=REPEATS, seed: int = 3, lines=None):
+    """A version written by pipeline.assemble from a hand-made document table;
+    document k is ``<source>:<source>.jsonl:<lines[k]>`` (default k + 1)."""
+    from types import SimpleNamespace
+
+    from pipeline.assemble import assemble
+
+    lines = lines or list(range(1, len(texts) + 1))
+    ids = [f"{src}:{src}.jsonl:{line}" for (src, _), line in zip(texts, lines)]
+    tokens = [_encode(t) for _, t in texts]
+    docs = pa.table({
+        "id": ids, "source": [s for s, _ in texts], "file": [f"{s}.jsonl" for s, _ in texts],
+        "line": pa.array(lines, pa.int64()), "text": [t for _, t in texts],
+        "langid_lang": ["zh", "en", "de", "ja", "en", "code", "code"][: len(texts)],
+        "langid_score": [0.9] * len(texts),
+        "tokenize_input_ids": pa.array(tokens, pa.list_(pa.int32())),
+        "tokenize_num_tokens": pa.array([len(t) for t in tokens], pa.int32()),
+        "mixture_repeats": pa.array(repeats, pa.int32()),
+    }).sort_by("id")
+    cfg = SimpleNamespace(seed=seed, output=SimpleNamespace(seq_length=seq_length, max_shard_bytes=8 * (seq_length + 1) * 4,
+                                                             packing=packing))
+    vdir = root / name
+    vdir.mkdir(parents=True)
+    out = assemble(cfg, docs, vdir, log=lambda m: None)
+    (vdir / "manifest.json").write_text(json.dumps({"version": name, **out}))
+    return vdir, dict(zip(ids, (t for _, t in texts))), out
+
+
+@pytest.fixture(scope="module", params=["concat_split", "best_fit"])
+def built(request, tmp_path_factory):
+    return build_tiny_version(tmp_path_factory.mktemp("built"), "b1", packing=request.param)
+
+
+@pytest.mark.parametrize("dp_size, global_batch", [(1, 4), (2, 4), (4, 8)])
+def test_lineage_decodes_to_the_text_of_the_loader_batch(built, dp_size, global_batch):
+    vdir, texts, out = built
+    steps = out["num_samples"] // global_batch
+    assert steps >= 2
+    for step in (0, steps - 1):
+        records = lineage_for_step(vdir, step, global_batch, dp_size)
+        for rank in range(dp_size):
+            ids, bounds = next(create_dataset(vdir, global_batch, rank, dp_size, start_step=step)
+                               .create_tuple_iterator(output_numpy=True, num_epochs=1))
+            mine = [r for r in records if r["dp_rank"] == rank]
+            assert [r["row"] for r in mine] == list(range(global_batch // dp_size))
+            for rec in mine:
+                row = ids[rec["row"]]
+                for seg in rec["segments"]:
+                    piece = row[seg["sample_token_start"]:seg["sample_token_end"]]
+                    doc = _encode(texts[seg["doc_id"]])[seg["doc_token_start"]:seg["doc_token_end"]]
+                    assert piece.tolist() == doc
+                    assert _decode_bytes(piece) in texts[seg["doc_id"]].encode("utf-8")
+                # document-boundary column: piece ends in the model input (clipped), then seq_length
+                ends = sorted({min(s["sample_token_end"], 16) for s in rec["segments"]} | {16})
+                assert sorted(set(bounds[rec["row"]].tolist())) == ends
+
+
+def test_every_copy_reassembles_to_its_document_text(built):
+    vdir, texts, out = built
+    lineage = pq.read_table(vdir / "lineage.parquet").to_pylist()
+    rows = np.concatenate([b[0] for b in create_dataset(vdir, 1).create_tuple_iterator(output_numpy=True)])
+    copies: dict[tuple, list] = {}
+    for seg in lineage:
+        piece = rows[seg["sample_index"]][seg["sample_token_start"]:seg["sample_token_end"]]
+        copies.setdefault((seg["doc_id"], seg["repeat"]), []).append((seg["doc_token_start"], piece.tolist()))
+    whole = 0
+    for (doc_id, _), parts in copies.items():
+        ids = [t for _, p in sorted(parts) for t in p]
+        if ids and ids[-1] == EOS and min(parts)[0] == 0:
+            assert _decode_bytes(ids).decode("utf-8") == texts[doc_id]
+            whole += 1
+    assert whole >= sum(REPEATS) - 1  # concat-split may cut the last copy at the dropped tail
+    if out["packing"]["method"] == "best_fit":
+        assert whole == sum(REPEATS) and out["packing"]["padding_tokens"] > 0
+
+
+def test_reverse_lookup_agrees_with_the_step_lookup(built):
+    from pipeline.lineage import format_document_lineage, lineage_for_document
+
+    vdir, texts, out = built
+    global_batch, dp_size = 4, 2
+    steps = out["num_samples"] // global_batch
+    forward = {}
+    for step in range(steps):
+        for rec in lineage_for_step(vdir, step, global_batch, dp_size):
+            for seg in rec["segments"]:
+                forward.setdefault(seg["doc_id"], []).append(
+                    (step, rec["dp_rank"], rec["row"], rec["sample_index"], seg["repeat"], seg["doc_token_start"]))
+    for doc_id in texts:
+        result = lineage_for_document(vdir, doc_id, global_batch, dp_size)
+        got = [(p["step"], p["dp_rank"], p["row"], p["sample_index"], p["repeat"], p["doc_token_start"])
+               for p in result["pieces"] if p["step"] is not None]
+        assert sorted(got) == sorted(forward.get(doc_id, []))
+        assert result["document"]["text_excerpt"] == texts[doc_id]
+        assert doc_id in format_document_lineage(result)
+    nowhere = lineage_for_document(vdir, "web:nope.jsonl:1", global_batch, dp_size)
+    assert nowhere["pieces"] == [] and nowhere["document"] is None
+
+
+def test_around_lists_neighbouring_steps(built):
+    vdir, _, out = built
+    records = lineage_for_step(vdir, 1, 2, 1, around=1)
+    assert [(r["step"], r["sample_index"]) for r in records] == [(s, i) for s in (0, 1, 2) for i in (2 * s, 2 * s + 1)]
+    assert [r["step"] for r in lineage_for_step(vdir, 0, 2, 1, around=5)][-1] == min(5, out["num_samples"] // 2 - 1)
+    assert "step 0:" in format_lineage(records) and "step 2:" in format_lineage(records)
+    with pytest.raises(ValueError, match="around"):
+        lineage_for_step(vdir, 0, 2, 1, around=-1)
+
+
+def test_cli_lineage_around_doc_and_json(built):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    vdir, texts, _ = built
+    runner = CliRunner()
+    res = runner.invoke(app, ["lineage", str(vdir), "--step", "1", "--global-batch", "2", "--around", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [r["step"] for r in json.loads(res.output)] == [0, 0, 1, 1, 2, 2]
+    doc_id = next(iter(texts))
+    res = runner.invoke(app, ["lineage", str(vdir), "--doc", doc_id, "--global-batch", "2", "--show-text"])
+    assert res.exit_code == 0, res.output
+    assert doc_id in res.output and texts[doc_id] in res.output
+    res = runner.invoke(app, ["lineage", str(vdir), "--doc", "web:none:1", "--global-batch", "2"])
+    assert res.exit_code == 1 and "in no sample" in res.output
+    res = runner.invoke(app, ["lineage", str(vdir), "--global-batch", "2"])
+    assert res.exit_code == 2 and "exactly one of" in res.output

@@ -155,3 +155,44 @@ def test_manifest_that_disagrees_with_shards_raises(version, tmp_path):
                 create_dataset(version, 8)
         finally:
             (version / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.fixture(scope="module")
+def version_with_boundaries(tmp_path_factory):
+    vdir = tmp_path_factory.mktemp("corpora") / "vb"
+    bounds = np.stack([np.arange(NUM_SAMPLES) % SEQ_LENGTH + 1, np.full(NUM_SAMPLES, SEQ_LENGTH)], axis=1)
+    bounds = bounds.astype(np.int32)  # row i: [i % 4 + 1, 4], names its row too
+    shards = write_shards(_rows(), vdir, max_shard_bytes=20 * (SEQ_LENGTH + 1) * 4,
+                          columns={"actual_seq_len": bounds})
+    manifest = {"seq_length": SEQ_LENGTH, "num_samples": NUM_SAMPLES, "shards": shards,
+                "columns": {"input_ids": [SEQ_LENGTH + 1], "actual_seq_len": [2]}}
+    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    return vdir, bounds
+
+
+@pytest.mark.parametrize("dp_size", [1, 4])
+def test_boundaries_travel_with_their_rows_and_resume(version_with_boundaries, dp_size):
+    vdir, bounds = version_with_boundaries
+    for rank in range(dp_size):
+        full = list(create_dataset(vdir, 8, rank, dp_size).create_tuple_iterator(output_numpy=True, num_epochs=1))
+        resumed = list(create_dataset(vdir, 8, rank, dp_size, start_step=3)
+                       .create_tuple_iterator(output_numpy=True, num_epochs=1))
+        assert len(full) == 6 and len(resumed) == 3
+        for step, (ids, ends) in enumerate(full):
+            assert ends.dtype == np.int32 and ends.shape == (8 // dp_size, 2)
+            np.testing.assert_array_equal(ends, bounds[rank_samples(step, 8, rank, dp_size)])
+            np.testing.assert_array_equal(ids[:, 0] // 100, rank_samples(step, 8, rank, dp_size))
+        for (a_ids, a_ends), (b_ids, b_ends) in zip(resumed, full[3:]):
+            np.testing.assert_array_equal(a_ids, b_ids)
+            np.testing.assert_array_equal(a_ends, b_ends)
+
+
+def test_choose_columns(version_with_boundaries):
+    vdir, _ = version_with_boundaries
+    only_ids = next(create_dataset(vdir, 8, columns=["input_ids"]).create_dict_iterator(output_numpy=True))
+    assert list(only_ids) == ["input_ids"]
+    reordered = next(create_dataset(vdir, 8, columns=["actual_seq_len", "input_ids"])
+                     .create_tuple_iterator(output_numpy=True))
+    assert reordered[0].shape == (8, SEQ_LENGTH + 1)  # input_ids always first
+    with pytest.raises(KeyError, match="position_ids"):
+        create_dataset(vdir, 8, columns=["position_ids"])

@@ -7,7 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.writer import page_and_header_size, sha256_file, verify_shards, write_shards
+from pipeline.writer import (
+    page_and_header_size,
+    sha256_file,
+    verify_shards,
+    write_shards,
+)
 
 SEQ = 9  # seq_length 8 -> rows of 9 tokens
 
@@ -127,3 +132,23 @@ def test_verify_shards_names_the_changed_shard(tmp_path):
 
     Path(f"{tmp_path / shards[2]['name']}.db").unlink()
     assert verify_shards(tmp_path, manifest) == [shards[1]["name"], shards[2]["name"]]
+
+
+def test_extra_column_is_stored_in_the_same_rows(tmp_path):
+    import mindspore.dataset as ds
+
+    samples = _samples(25)
+    bounds = np.sort(np.random.default_rng(3).integers(1, SEQ, size=(25, 3)), axis=1).astype(np.int32)
+    bounds[:, -1] = SEQ - 1
+    shards = write_shards(samples, tmp_path, max_shard_bytes=10 * SEQ * 4, columns={"actual_seq_len": bounds})
+    assert [s["rows"] for s in shards] == [10, 10, 5]  # cut by input_ids payload only
+    files = [str(tmp_path / s["name"]) for s in shards]
+    rows = list(ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1))
+    np.testing.assert_array_equal(np.stack([r["input_ids"] for r in rows]), samples)
+    np.testing.assert_array_equal(np.stack([r["actual_seq_len"] for r in rows]), bounds)
+    with pytest.raises(ValueError, match="rows"):
+        write_shards(samples, tmp_path / "b", columns={"actual_seq_len": bounds[:-1]})
+    with pytest.raises(ValueError, match="bad extra column"):
+        write_shards(samples, tmp_path / "c", columns={"input_ids": bounds})
+    with pytest.raises(TypeError):
+        write_shards(samples, tmp_path / "d", columns={"actual_seq_len": bounds.astype(np.int64)})

@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from stages.base import Partitions, StageContext
-from stages.mixture import Config, MixtureStage, sample_source
+from stages.mixture import Config, MixtureStage, plan_mixture, sample_source
 
 
 def _docs() -> list[tuple[str, str, int]]:
@@ -164,3 +164,66 @@ def test_errors(tmp_path):
         Config(token_budget=0)
     with pytest.raises(pydantic.ValidationError):
         Config(budget=10)
+
+
+def test_first_fit_fills_the_remainder_past_a_long_document():
+    # The long first document would overshoot 6 by 4; skipping it, 3 + 3 hits 6 exactly.
+    assert sample_source(np.array([10, 3, 3]), np.array([0, 1, 2]), 6).tolist() == [0, 1, 1]
+    # Nothing fits: the shortest document is added when that is closer (|7 - 5| < 5).
+    assert sample_source(np.array([9, 7]), np.array([0, 1]), 5).tolist() == [0, 1]
+    assert sample_source(np.array([9, 12]), np.array([0, 1]), 4).tolist() == [0, 0]
+
+
+def test_max_epochs_caps_a_source_and_shares_its_excess(tmp_path):
+    # code would need 1.5 epochs (600 of 400); capped at 1 epoch, its missing 200
+    # tokens go to web and books in the ratio of their weights 0.5 : 0.3.
+    _, facts, repeats = _fit(tmp_path, "cap", _docs(), [], token_budget=BUDGET, weights=WEIGHTS,
+                             max_epochs={"code": 1.0})
+    src = facts["per_source"]
+    assert {s: f["target_tokens"] for s, f in src.items()} == {"web": 1625, "books": 975, "code": 400}
+    assert {s: f["capped"] for s, f in src.items()} == {"web": False, "books": False, "code": True}
+    assert set(repeats[i] for i, s, _ in _docs() if s == "code") == {1}
+    assert src["code"]["configured_share"] == pytest.approx(0.2)
+    assert src["code"]["target_share"] == pytest.approx(400 / 3000)
+    assert facts["budget_shortfall_tokens"] == 0
+
+
+def test_budget_shortfall_is_reported_when_every_source_is_capped(tmp_path):
+    _, facts, _ = _fit(tmp_path, "short", _docs(), [], token_budget=20000, weights=WEIGHTS,
+                       max_epochs={"web": 1, "books": 1, "code": 2})
+    assert facts["realized_tokens"] == 3300 + 1600 + 800
+    assert facts["budget_shortfall_tokens"] == 20000 - 5700
+    with pytest.raises(ValueError, match="max_epochs for sources"):
+        _fit(tmp_path, "bad", _docs(), [], token_budget=100, weights=WEIGHTS, max_epochs={"news": 1})
+    with pytest.raises(pydantic.ValidationError):
+        Config(max_epochs={"web": 0})
+
+
+def test_three_sources_one_up_sampled_within_half_a_point_at_1m_tokens():
+    """Realistic length spreads: many short web documents, long books (2k-30k
+    tokens), code that must be repeated ~2.4 times. Each source's realized share
+    is within 0.5 percentage points of its target at a 1M-token budget."""
+    rng = np.random.default_rng(0)
+    lengths = {
+        "web": rng.lognormal(5.0, 1.0, 6000).astype(np.int64) + 2,     # ~250 tokens, long tail
+        "books": rng.integers(2000, 30000, 120).astype(np.int64),     # ~1.9M tokens
+        "code": rng.lognormal(5.5, 1.2, 300).astype(np.int64) + 2,    # ~0.15M tokens
+    }
+    ids, sources, tokens = [], [], []
+    for source, values in lengths.items():
+        ids += [f"{source}:f.jsonl:{i}" for i in range(len(values))]
+        sources += [source] * len(values)
+        tokens += values.tolist()
+    weights = {"web": 0.3, "books": 0.2, "code": 0.5}
+    config = Config(token_budget=1_000_000, weights=weights)
+    repeats, facts = plan_mixture(ids, sources, np.array(tokens, np.int64), config, seed=11)
+    available = {s: int(v.sum()) for s, v in lengths.items()}
+    assert facts["code"]["ratio"] > 2 and facts["web"]["ratio"] < 1 and facts["books"]["ratio"] < 1
+    for source, f in facts.items():
+        assert f["target_share"] == pytest.approx(weights[source], abs=1e-6)
+        assert abs(f["share_error_pp"]) < 0.5, (source, f)
+        assert f["available_tokens"] == available[source]
+    code = repeats[np.array(sources) == "code"]
+    full = int(facts["code"]["ratio"])
+    assert set(code.tolist()) == {full, full + 1}  # whole copies, plus one for a seeded subset
+    assert sum(f["realized_tokens"] for f in facts.values()) == pytest.approx(1_000_000, rel=0.001)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stages.packing import document_order, pack, shuffle_samples
+from stages.packing import (
+    document_boundaries,
+    document_order,
+    pack,
+    pack_best_fit,
+    shuffle_samples,
+)
 
 
 def _docs(lengths: list[int]) -> list[np.ndarray]:
@@ -123,3 +129,95 @@ def test_shuffle_samples():
     assert shuffle_samples(0, seed=0).tolist() == []
     with pytest.raises(ValueError):
         shuffle_samples(-1, seed=0)
+
+
+def test_best_fit_hand_case():
+    docs = _docs([5, 3, 9, 2, 7])
+    order = np.array([[0, 0], [1, 0], [2, 0], [3, 0], [4, 0]])
+    samples, seg = pack_best_fit(docs, order, seq_length=7, pad_id=0)
+    # doc 2 (9 tokens) gives one full window + a 1-token remainder. Remainders
+    # longest first: 7 -> new bin A (1 free), 5 -> new bin B (3 free), 3 -> B (full),
+    # 2 -> new bin C (6 free), 1 -> A, the tightest fit (full).
+    assert samples.tolist() == [
+        [3000, 3001, 3002, 3003, 3004, 3005, 3006, 3007],
+        [5000, 5001, 5002, 5003, 5004, 5005, 5006, 3008],
+        [1000, 1001, 1002, 1003, 1004, 2000, 2001, 2002],
+        [4000, 4001, 0, 0, 0, 0, 0, 0]]
+    assert seg.to_pydict() == {
+        "sample_index": [0, 1, 1, 2, 2, 3],
+        "doc_index": [2, 4, 2, 0, 1, 3],
+        "repeat": [0, 0, 0, 0, 0, 0],
+        "doc_token_start": [0, 0, 8, 0, 0, 0],
+        "doc_token_end": [8, 7, 9, 5, 3, 2],
+        "sample_token_start": [0, 0, 7, 0, 5, 0],
+        "sample_token_end": [8, 7, 8, 5, 8, 2],
+    }
+    meta = seg.schema.metadata
+    assert (meta[b"padding_tokens"], meta[b"dropped_tail_tokens"], meta[b"method"]) == (b"6", b"0", b"best_fit")
+
+
+def test_best_fit_never_splits_a_short_document_and_keeps_every_token():
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 40, size=120).tolist() + [70, 33]  # two longer than a window of 33
+    docs = _docs(lengths)
+    order = document_order([f"d{i}" for i in range(len(docs))], np.ones(len(docs), np.int64), seed=5)
+    samples, seg = pack_best_fit(docs, order, seq_length=32, pad_id=0)
+    s = seg.to_pydict()
+    pieces: dict[int, list[tuple[int, list[int]]]] = {}
+    for k in range(seg.num_rows):
+        row = samples[s["sample_index"][k], s["sample_token_start"][k]:s["sample_token_end"][k]].tolist()
+        pieces.setdefault(s["doc_index"][k], []).append((s["doc_token_start"][k], row))
+    assert sorted(pieces) == list(range(len(docs)))  # nothing dropped
+    for d, parts in pieces.items():
+        if lengths[d] < 33:
+            assert len(parts) == 1  # shorter than a window: one piece
+        assert [t for _, part in sorted(parts) for t in part] == docs[d].tolist()
+    padding = int(seg.schema.metadata[b"padding_tokens"])
+    assert samples.size == sum(lengths) + padding
+    assert (samples == 0).sum() == padding  # pad id 0 only in free space (tokens are >= 1000)
+    # best fit packs tighter than one document per sample
+    assert samples.shape[0] < sum(-(-n // 33) for n in lengths)
+
+
+def test_document_boundaries_hand_cases():
+    docs = _docs([5, 3, 9, 2, 7])
+    order = np.array([[0, 0], [1, 0], [2, 0], [3, 0], [4, 0]])
+    samples, seg = pack(docs, order, seq_length=7)
+    # sample 0: docs end after 5 and 8 tokens (8 -> clipped to seq_length 7);
+    # sample 2: [3008] ends at 1, doc 3 at 3, doc 4 runs to the end.
+    assert document_boundaries(seg, len(samples), 7).tolist() == [[5, 7, 7], [7, 7, 7], [1, 3, 7]]
+    samples, seg = pack_best_fit(docs, order, seq_length=7)
+    bounds = document_boundaries(seg, len(samples), 7)
+    assert bounds.dtype == np.int32 and bounds.tolist() == [[7, 7], [7, 7], [5, 7], [2, 7]]
+    with pytest.raises(ValueError, match="outside"):
+        document_boundaries(seg, 2, 7)
+
+
+def test_boundaries_match_an_end_of_document_reset_on_eos():
+    """For concat-split, resetting after every EOS in input_ids[:-1] (mindformers'
+    eod_reset) gives the same sequence ends as the stored boundaries."""
+    rng = np.random.default_rng(2)
+    eos = 1
+    docs = [np.r_[rng.integers(5, 100, size=n - 1), eos].astype(np.int32) for n in rng.integers(1, 30, 60)]
+    order = document_order([f"d{i}" for i in range(60)], rng.integers(0, 3, 60), seed=0)
+    samples, seg = pack(docs, order, seq_length=16)
+    bounds = document_boundaries(seg, len(samples), 16)
+    for row, ends in zip(samples, bounds):
+        from_eos = sorted(set((np.flatnonzero(row[:-1] == eos) + 1).tolist()) | {16})
+        assert sorted(set(ends.tolist())) == from_eos
+
+
+def test_copies_of_a_document_are_spread_apart():
+    ids = [f"web:w:{i}" for i in range(3000)]
+    repeats = np.ones(3000, np.int64)
+    repeats[:40] = np.arange(40) % 4 + 2  # 40 documents with 2..5 copies
+    for seed in (0, 1):
+        order = document_order(ids, repeats, seed)
+        m = len(order)
+        for d in range(40):
+            positions = np.flatnonzero(order[:, 0] == d)
+            r = len(positions)
+            assert r == repeats[d]
+            # copy k in the k-th r-th of the stream; neighbours >= ~m / (2r) apart
+            assert (positions // (m / r)).astype(int).tolist() == list(range(r))
+            assert np.diff(positions).min() > 0.4 * m / r

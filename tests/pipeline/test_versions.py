@@ -1,0 +1,102 @@
+"""pipeline/versions.py and the `diff` / `verify` commands: versions side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_lineage import REPEATS, TEXTS, build_tiny_version
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.manifest import sha256_file
+from pipeline.versions import (
+    diff_versions,
+    format_diff,
+    inspect_version,
+    verify_version,
+)
+
+
+def _publish(root: Path, name: str, texts, repeats, config: dict, lines=None) -> Path:
+    """A tiny version with config.yaml and the manifest's `files` hashes, as a build writes them."""
+    vdir, _, _ = build_tiny_version(root, name, texts=texts, repeats=repeats, lines=lines)
+    (vdir / "config.yaml").write_text(yaml.safe_dump(config))
+    manifest = json.loads((vdir / "manifest.json").read_text())
+    manifest["files"] = {p.relative_to(vdir).as_posix(): sha256_file(p) for p in sorted(vdir.rglob("*"))
+                         if p.is_file() and p.name != "manifest.json" and not p.relative_to(vdir).as_posix().startswith("shards/")}
+    manifest["config_hash"] = name
+    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    return vdir
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpora")
+    a = _publish(root, "v1", TEXTS, REPEATS, {"seed": 3, "output": {"seq_length": 16}, "mixture": {"token_budget": None}})
+    # v2: drops the German web document, adds a Chinese book, repeats code once more
+    texts = [t for t in TEXTS if t[1] != "Ein kurzer Satz."] + [("books", "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。")]
+    repeats = [r for t, r in zip(TEXTS, REPEATS) if t[1] != "Ein kurzer Satz."] + [1]
+    repeats[4] += 1
+    lines = [1, 2, 4, 5, 6, 7, 8]  # the same ids as v1 for the documents it keeps
+    b = _publish(root, "v2", texts, repeats, {"seed": 3, "output": {"seq_length": 16}, "mixture": {"token_budget": 5000}},
+                 lines=lines)
+    return root, a, b
+
+
+def test_verify_passes_then_names_the_shard_with_a_flipped_byte(versions, tmp_path):
+    _, a, _ = versions
+    result = verify_version(a)
+    assert result["ok"] and result["checked_shards"] >= 2 and result["checked_files"] >= 3
+    import shutil
+
+    copy = tmp_path / "v1"
+    shutil.copytree(a, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    bad = manifest["shards"][1]["name"]
+    data = bytearray((copy / bad).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    (copy / bad).write_bytes(bytes(data))
+    result = verify_version(copy)
+    assert not result["ok"] and result["bad_shards"] == [bad] and result["bad_files"] == []
+
+    res = CliRunner().invoke(app, ["verify", str(copy)])
+    assert res.exit_code == 1 and f"BAD shard {bad}" in res.output
+    res = CliRunner().invoke(app, ["verify", str(a)])
+    assert res.exit_code == 0 and res.output.startswith("ok:")
+
+    (copy / "lineage.parquet").write_bytes(b"not parquet")
+    assert verify_version(copy)["bad_files"] == ["lineage.parquet"]
+
+
+def test_diff_config_counts_and_documents_per_source(versions):
+    _, a, b = versions
+    diff = diff_versions(a, b)
+    assert diff["config"] == {"mixture.token_budget": [None, 5000]}
+    assert not diff["same_config"] and not diff["same_shards"]
+    assert diff["counts"]["num_samples"][0] != diff["counts"]["num_samples"][1]
+    docs = diff["documents"]
+    assert docs["web"] == {"a": 3, "b": 2, "added": 0, "removed": 1, "added_examples": [],
+                           "removed_examples": ["web:web.jsonl:3"]}
+    assert (docs["books"]["a"], docs["books"]["b"], docs["books"]["added"], docs["books"]["removed"]) == (2, 3, 1, 0)
+    assert docs["books"]["added_examples"] == ["books:books.jsonl:8"]
+    assert docs["code"]["added"] == docs["code"]["removed"] == 0
+    text = format_diff(diff)
+    assert "mixture.token_budget: None -> 5000" in text and "web: 3 -> 2 (+0 added, -1 removed)" in text
+
+    same = diff_versions(a, a)
+    assert same["config"] == {} and same["counts"] == {} and same["same_shards"]
+
+    res = CliRunner().invoke(app, ["diff", str(a), str(b), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["documents"]["web"]["removed"] == 1
+
+
+def test_inspect_version(versions):
+    _, a, _ = versions
+    facts = inspect_version(a)
+    assert facts["version"] == "v1" and facts["seq_length"] == 16
+    assert facts["columns"]["input_ids"] == [17] and facts["columns"]["actual_seq_len"][0] >= 2
+    assert facts["packing"]["method"] == "concat_split" and facts["shards"] >= 2
