@@ -5,7 +5,13 @@ there, else the bundled sample) with ONE worker process, so each stage's
 seconds are one core's seconds, then reads it back through MindSpore.
 Results go to ``bench-results/bench.json`` and ``bench-results/bench.md``.
 
-    .venv/bin/python -m bench [--corpus DIR] [--out DIR] [--seq-length 2048]
+    .venv/bin/python -m bench [--corpus DIR] [--out DIR] [--seq-length 2048] [--topics quality dedup ...]
+
+After the build it runs the topic benchmarks: ``bench.quality`` (language ID,
+heuristics, perplexity throughput), ``bench.dedup`` (precision/recall per
+Jaccard band, speed and peak RSS at 100k and 1M documents), ``bench.tokenizer``
+(training time and memory, encoding tokens/s) and ``bench.loader`` (loader
+throughput at seq_length 4096, lineage lookups on a 10M-sample table).
 """
 
 from __future__ import annotations
@@ -96,6 +102,8 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--seq-length", type=int, default=2048)
+    ap.add_argument("--topics", nargs="*", default=["quality", "dedup", "tokenizer", "loader"],
+                    help="topic benchmarks to run after the build (bench/<topic>.py)")
     args = ap.parse_args()
 
     out = args.out
@@ -138,6 +146,17 @@ def main() -> None:
               f"peak RSS {report['peak_rss']}; {report['num_samples']:,} samples, {report['num_tokens']:,} tokens"]
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+    # Topic benchmarks (each writes its JSON under out/ and returns Markdown).
+    import importlib
+
+    for topic in args.topics:
+        module = importlib.import_module(f"bench.{topic}")
+        print(f"\n== bench.{topic}")
+        section = module.run(out)
+        lines += ["", section]
+        (out / "bench.md").write_text("\n".join(lines) + "\n")
+        print(section)
 
 
 if __name__ == "__main__":

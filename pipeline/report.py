@@ -1,0 +1,469 @@
+"""``report.html``: a version at a glance, self-contained (opens from disk, no
+server, no network), plots drawn with matplotlib and inlined as SVG.
+
+Sections: the funnel (documents, characters and tokens after each stage, per
+source and per language), drop reasons with expandable examples,
+distributions (document length, language score, perplexity per language with
+bucket cut-offs, dedup cluster sizes, the LSH S-curve), the mixture (target vs
+realized), the output, the tokenizer coverage headline, run facts, and the
+training-time plan. ``python -m pipeline report VERSION [--compare OTHER]``
+rebuilds it, optionally with a second version side by side.
+
+Every number shown comes from ``manifest.json`` or the version's Parquet files;
+the funnel table cells carry ``data-*`` attributes so a browser test can check
+them against the manifest.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.manifest import load_manifest
+
+REPORT = "report.html"
+
+# Training-time plan defaults (override on the command line):
+# - peak: 400e12 FLOP/s dense BF16 per accelerator, a round figure in the range
+#   of current training accelerators (vendor specs: A100 312e12, H100 SXM
+#   989e12); set your own.
+# - MFU 0.40: model FLOPs utilization reported for large dense-transformer
+#   training (PaLM 46.2%, Chowdhery et al. 2022, Table 3; MT-NLG ~30%);
+# - overhead 1.3: our allowance for restarts after failures, evaluation and
+#   checkpointing, on top of the ideal time.
+# FLOPs = 6 * N * D: Kaplan et al. 2020, "Scaling Laws for Neural Language
+# Models", section 2.1 (forward + backward per parameter per token).
+PLAN_DEFAULTS = {"peak_flops": 400e12, "mfu": 0.40, "overhead": 1.3}
+PLAN_MODEL_SIZES = (1e9, 7e9, 13e9, 70e9)
+PLAN_ACCELERATORS = (8, 64, 128, 512)
+
+
+def training_days(params: float, tokens: float, accelerators: int, peak_flops: float = PLAN_DEFAULTS["peak_flops"],
+                  mfu: float = PLAN_DEFAULTS["mfu"], overhead: float = PLAN_DEFAULTS["overhead"]) -> dict[str, float]:
+    """Days to train a dense model of ``params`` parameters on ``tokens`` tokens.
+
+    total FLOPs = 6 * N * D (Kaplan et al. 2020); sustained FLOP/s =
+    accelerators * peak_flops * mfu; ideal days = FLOPs / sustained / 86,400;
+    planned days = ideal * overhead.
+
+    Returns:
+        ``flops``, ``sustained_flops``, ``ideal_days``, ``planned_days``.
+
+    Raises:
+        ValueError: a non-positive input, or mfu outside (0, 1].
+    """
+    for name, value in (("params", params), ("tokens", tokens), ("accelerators", accelerators),
+                        ("peak_flops", peak_flops), ("overhead", overhead)):
+        if not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu}")
+    flops = 6.0 * params * tokens
+    sustained = accelerators * peak_flops * mfu
+    ideal = flops / sustained / 86400.0
+    return {"flops": flops, "sustained_flops": sustained, "ideal_days": ideal, "planned_days": ideal * overhead}
+
+
+def plan_table(tokens: float, peak_flops: float = PLAN_DEFAULTS["peak_flops"], mfu: float = PLAN_DEFAULTS["mfu"],
+               overhead: float = PLAN_DEFAULTS["overhead"]) -> list[dict[str, Any]]:
+    """Planned days for :data:`PLAN_MODEL_SIZES` x :data:`PLAN_ACCELERATORS`."""
+    return [{"params": n, "accelerators": a, **training_days(n, tokens, a, peak_flops, mfu, overhead)}
+            for n in PLAN_MODEL_SIZES for a in PLAN_ACCELERATORS]
+
+
+# --------------------------------------------------------------------------- data
+
+def funnel(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Documents and characters after ingest and after each stage, with tokens
+    where measured (tokenize onwards) or estimated from the kept documents'
+    characters per token (marked ``tokens_estimated``)."""
+    rows = []
+    ing = manifest["ingest"]["per_source"]
+    rows.append({"stage": "ingest", "documents": sum(s["documents_in"] for s in ing.values()),
+                 "chars": sum(s["chars_in"] for s in ing.values())})
+    for name in manifest["stage_order"]:
+        tot = manifest["stages"][name]["totals"]
+        rows.append({"stage": name, "documents": tot["kept"], "chars": tot["kept_chars"]})
+    final_chars = rows[-1]["chars"] or 1
+    sampled = manifest.get("packing", {}).get("tokens_sampled") or manifest["num_tokens"]
+    mix = manifest.get("mixture", {}).get("per_source", {})
+    natural_tokens = sum(m.get("available_tokens", 0) for m in mix.values()) or sampled
+    chars_per_token = final_chars / max(natural_tokens, 1)
+    seen_tokenize = False
+    for row in rows:
+        seen_tokenize |= row["stage"] == "tokenize"
+        if row["stage"] == "mixture":
+            row["tokens"], row["tokens_estimated"] = sampled, False
+        elif seen_tokenize:
+            row["tokens"], row["tokens_estimated"] = natural_tokens, False
+        else:
+            row["tokens"], row["tokens_estimated"] = round(row["chars"] / chars_per_token), True
+    rows.append({"stage": "packed", "documents": manifest["packing"]["document_copies"]
+                 if "packing" in manifest else None, "chars": None, "tokens": manifest["num_tokens"],
+                 "tokens_estimated": False})
+    return rows
+
+
+def per_language_funnel(version_dir: Path, manifest: dict[str, Any]) -> dict[str, list[int]]:
+    """Documents per language remaining after each stage (from the kept
+    documents and each later stage's dropped documents)."""
+    stages = manifest["stage_order"]
+    final = Counter(_langs(version_dir / "documents.parquet"))
+    dropped = {s: Counter(_langs(version_dir / "decisions" / f"{s}.parquet")) for s in stages}
+    langs = sorted(set(final) | {lang for c in dropped.values() for lang in c})
+    out: dict[str, list[int]] = {}
+    for lang in langs:
+        counts = []
+        for i in range(len(stages)):
+            counts.append(final[lang] + sum(dropped[s][lang] for s in stages[i + 1:]))
+        out[lang] = [final[lang] + sum(dropped[s][lang] for s in stages)] + counts
+    return out
+
+
+def _langs(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    cols = pq.read_schema(path).names
+    if "langid_lang" not in cols:
+        return ["(before langid)"] * pq.read_metadata(path).num_rows
+    return [v or "unknown" for v in pq.read_table(path, columns=["langid_lang"])["langid_lang"].to_pylist()]
+
+
+def examples(version_dir: Path, stage: str, limit: int = 3, chars: int = 300) -> dict[str, list[dict[str, str]]]:
+    """Up to ``limit`` dropped documents per reason of ``stage`` (smallest ids
+    first, so the page is stable), each with an excerpt."""
+    path = version_dir / "decisions" / f"{stage}.parquet"
+    if not path.exists():
+        return {}
+    t = pq.read_table(path, columns=["id", "reason", "text"])
+    out: dict[str, list[dict[str, str]]] = {}
+    for reason in sorted(set(t["reason"].to_pylist())):
+        sub = t.filter(pc.equal(t["reason"], reason)).slice(0, limit).to_pylist()
+        out[reason] = [{"id": r["id"], "text": r["text"][:chars]} for r in sub]
+    return out
+
+
+# --------------------------------------------------------------------------- plots
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 96})
+    return plt
+
+
+def plot_funnel(versions: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for name, rows in versions:
+        stages = [r["stage"] for r in rows if r["documents"] is not None and r["stage"] != "packed"]
+        docs = [r["documents"] for r in rows if r["documents"] is not None and r["stage"] != "packed"]
+        chars = [r["chars"] for r in rows if r["chars"] is not None]
+        axes[0].plot(stages, docs, marker="o", label=name)
+        axes[1].plot(stages[:len(chars)], [c / 1e6 for c in chars], marker="o", label=name)
+    axes[0].set_title("documents after each stage")
+    axes[1].set_title("characters after each stage (millions)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def plot_histograms(version_dirs: list[tuple[str, Path]]) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    for name, vdir in version_dirs:
+        t = pq.read_table(vdir / "documents.parquet", columns=["chars", "langid_score"])
+        chars = [max(c, 1) for c in t["chars"].to_pylist()]
+        axes[0].hist([math.log10(c) for c in chars], bins=40, alpha=0.5, label=name)
+        scores = [s for s in t["langid_score"].to_pylist() if s is not None]
+        axes[1].hist(scores, bins=40, alpha=0.5, label=name)
+        sizes = _cluster_sizes(vdir)
+        if sizes:
+            axes[2].hist(sizes, bins=range(2, max(sizes) + 2), alpha=0.5, label=name)
+    axes[0].set_title("document length (log10 characters)")
+    axes[1].set_title("language score (kept documents)")
+    axes[2].set_title("dedup cluster sizes (documents)")
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def _cluster_sizes(vdir: Path) -> list[int]:
+    keepers: Counter = Counter()
+    for path in (vdir / "documents.parquet", vdir / "decisions" / "dedup.parquet"):
+        if path.exists() and "dedup_cluster" in pq.read_schema(path).names:
+            keepers.update(k for k in pq.read_table(path, columns=["dedup_cluster"])["dedup_cluster"].to_pylist() if k)
+    return [n for n in keepers.values() if n > 1]
+
+
+def plot_perplexity(vdir: Path, manifest: dict[str, Any]) -> str | None:
+    if "perplexity" not in manifest["stages"]:
+        return None
+    t = pq.read_table(vdir / "documents.parquet", columns=["langid_lang", "perplexity_value"])
+    by_lang: dict[str, list[float]] = {}
+    for lang, ppl in zip(t["langid_lang"].to_pylist(), t["perplexity_value"].to_pylist()):
+        if ppl is not None and ppl > 0:
+            by_lang.setdefault(lang, []).append(math.log10(ppl))
+    if not by_lang:
+        return None
+    facts = manifest["stages"]["perplexity"]["fit"].get("languages", {})
+    plt = _plt()
+    langs = sorted(by_lang)
+    fig, axes = plt.subplots(1, len(langs), figsize=(2.6 * len(langs), 2.6), squeeze=False)
+    for ax, lang in zip(axes[0], langs):
+        ax.hist(by_lang[lang], bins=30, color="#4878a8")
+        for cut in (facts.get(lang, {}).get("bucket_cutoffs") or []):
+            ax.axvline(math.log10(cut), color="#c44", linestyle="--")
+        thr = facts.get(lang, {}).get("threshold")
+        if thr:
+            ax.axvline(math.log10(thr), color="black")
+        ax.set_title(f"{lang} (n={len(by_lang[lang])})")
+        ax.set_xlabel("log10 perplexity")
+    fig.suptitle("perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold")
+    return _svg(fig)
+
+
+def plot_s_curve(manifest: dict[str, Any], config: dict[str, Any]) -> str | None:
+    dedup = config.get("dedup") or {}
+    b, r = dedup.get("num_bands"), dedup.get("rows_per_band")
+    if not b or not r:
+        return None
+    plt = _plt()
+    js = [i / 100 for i in range(101)]
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.plot(js, [1 - (1 - j ** r) ** b for j in js])
+    ax.axvline(dedup.get("jaccard_threshold", 0.8), color="#c44", linestyle="--")
+    ax.set_xlabel("Jaccard similarity J")
+    ax.set_ylabel("P(candidate pair)")
+    ax.set_title(f"LSH S-curve, {b} bands x {r} rows")
+    ax.grid(alpha=0.3)
+    return _svg(fig)
+
+
+def plot_mixture(versions: list[tuple[str, dict[str, Any]]]) -> str | None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    width = 0.8 / (len(versions) + 1)
+    sources = sorted({s for _, m in versions for s in m.get("mixture", {}).get("per_source", {})})
+    if not sources:
+        return None
+    first = versions[0][1]["mixture"]["per_source"]
+    ax.bar([i for i in range(len(sources))], [first.get(s, {}).get("target_share", 0) for s in sources],
+           width, label="target", color="#bbb")
+    for k, (name, m) in enumerate(versions, start=1):
+        per = m["mixture"]["per_source"]
+        ax.bar([i + k * width for i in range(len(sources))], [per.get(s, {}).get("realized_share", 0)
+                                                              for s in sources], width, label=f"{name} realized")
+    ax.set_xticks([i + width * len(versions) / 2 for i in range(len(sources))], sources)
+    ax.set_ylabel("share of tokens")
+    ax.legend()
+    return _svg(fig)
+
+
+# --------------------------------------------------------------------------- page
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC",sans-serif;margin:2em;max-width:1200px;color:#222}
+h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+th{background:#f4f4f4}td.l,th.l{text-align:left}details{margin:.2em 0 .2em 1em}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;font-size:.85em;max-height:12em;overflow:auto}
+.est{color:#888}.warn{color:#a40}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return f"{value:,}"
+
+
+def _table(headers: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render(version_dir: Path, compare_dir: Path | None = None, model_params: float = 7e9,
+           accelerators: int = 128, peak_flops: float = PLAN_DEFAULTS["peak_flops"],
+           mfu: float = PLAN_DEFAULTS["mfu"], overhead: float = PLAN_DEFAULTS["overhead"]) -> str:
+    """The report page as one HTML string (see module doc).
+
+    Raises:
+        FileNotFoundError: a directory is not a published version.
+    """
+    import yaml
+
+    vdirs = [Path(version_dir)] + ([Path(compare_dir)] if compare_dir else [])
+    manifests = [load_manifest(v) for v in vdirs]
+    names = [m["version"] for m in manifests]
+    m = manifests[0]
+    config = yaml.safe_load((vdirs[0] / "config.yaml").read_text(encoding="utf-8"))
+    funnels = [funnel(x) for x in manifests]
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>corpus {_e(' vs '.join(names))}"
+             f"</title><style>{CSS}</style></head><body>",
+             f"<h1>corpus {_e(' vs '.join(names))}</h1>"]
+
+    # funnel
+    parts.append("<h2 id='funnel'>Funnel</h2>")
+    headers = ["stage"]
+    for name in names:
+        headers += [f"{name} documents", f"{name} characters", f"{name} tokens"]
+    rows = []
+    for i, row in enumerate(funnels[0]):
+        cells = [_e(row["stage"])]
+        for k, fun in enumerate(funnels):
+            r = fun[i] if i < len(fun) else {"documents": None, "chars": None, "tokens": None}
+            attr = f' data-version="{_e(names[k])}" data-stage="{_e(row["stage"])}"'
+            est = ' class="est" title="estimated from characters per token"' if r.get("tokens_estimated") else ""
+            cells += [f'<span{attr} data-field="documents">{_num(r["documents"])}</span>',
+                      f'<span{attr} data-field="chars">{_num(r["chars"])}</span>',
+                      f'<span{est}{attr} data-field="tokens">{_num(r["tokens"])}</span>']
+        rows.append(cells)
+    parts.append(_table(headers, rows))
+    parts.append(plot_funnel(list(zip(names, funnels))))
+    parts.append("<h3>per source (documents after each stage)</h3>")
+    stages = ["ingest"] + m["stage_order"]
+    src_rows = []
+    for src, ing in sorted(m["ingest"]["per_source"].items()):
+        counts = [ing["documents_in"]] + [m["stages"][s]["per_source"].get(src, {}).get("kept", 0) for s in m["stage_order"]]
+        src_rows.append([_e(src)] + [_num(c) for c in counts])
+    parts.append(_table(["source"] + stages, src_rows))
+    parts.append("<h3>per language (documents after each stage)</h3>")
+    lang_rows = [[_e(lang)] + [_num(c) for c in counts]
+                 for lang, counts in per_language_funnel(vdirs[0], m).items()]
+    parts.append(_table(["language"] + stages, lang_rows))
+
+    # drop reasons
+    parts.append("<h2 id='drops'>Drop reasons</h2>")
+    q = m.get("quarantine", {})
+    if q:
+        parts.append("<p>quarantined at ingest: " + ", ".join(f"{_e(k)} {v:,}" for k, v in q.items()) + "</p>")
+    for stage in m["stage_order"]:
+        dropped = m["stages"][stage]["totals"]["dropped"]
+        if not dropped:
+            continue
+        n_in = m["stages"][stage]["totals"]["documents_in"]
+        ex = examples(vdirs[0], stage)
+        parts.append(f"<h3>{_e(stage)}</h3>")
+        for reason, count in sorted(dropped.items(), key=lambda kv: -kv[1]):
+            items = "".join(f"<p><b>{_e(e['id'])}</b></p><pre>{_e(e['text'])}</pre>" for e in ex.get(reason, []))
+            parts.append(f"<details><summary>{_e(reason)}: {count:,} ({count / max(n_in, 1):.1%} of "
+                         f"{n_in:,})</summary>{items}</details>")
+
+    # distributions
+    parts.append("<h2 id='distributions'>Distributions</h2>")
+    parts.append(plot_histograms(list(zip(names, vdirs))))
+    ppl = plot_perplexity(vdirs[0], m)
+    if ppl:
+        parts.append(ppl)
+    s_curve = plot_s_curve(m, config)
+    if s_curve:
+        parts.append(s_curve)
+
+    # mixture
+    parts.append("<h2 id='mixture'>Mixture</h2>")
+    mix_rows = []
+    for src, x in sorted(m["mixture"].get("per_source", {}).items()):
+        mix_rows.append([_e(src), _num(x.get("available_tokens")), _num(x.get("target_share")),
+                         _num(x.get("realized_tokens")), _num(x.get("realized_share")), _num(x.get("epochs"))])
+    parts.append(_table(["source", "available tokens", "target share", "realized tokens", "realized share",
+                         "epochs"], mix_rows))
+    mix = plot_mixture(list(zip(names, manifests)))
+    if mix:
+        parts.append(mix)
+
+    # output
+    parts.append("<h2 id='output'>Output</h2>")
+    out_rows = []
+    for x in manifests:
+        shard_bytes = sum(s.get("bytes", 0) for s in x["shards"])
+        pk = x.get("packing", {})
+        out_rows.append([_e(x["version"]), _num(x["num_samples"]), _num(x["seq_length"] + 1), _num(x["num_tokens"]),
+                         _num(len(x["shards"])), _num(shard_bytes), _num(pk.get("tokens_packed")),
+                         _num(pk.get("padding_tokens", 0)), _num(pk.get("tokens_dropped_tail"))])
+    parts.append(_table(["version", "samples", "tokens per sample", "tokens", "shards", "bytes on disk",
+                         "tokens from documents", "padding tokens", "tail tokens dropped"], out_rows))
+
+    # tokenizer headline
+    parts.append("<h2 id='tokenizer'>Tokenizer</h2>")
+    tok = m.get("tokenizer", {})
+    parts.append(f"<p>vocabulary {_num(tok.get('vocab_size'))}, tokenizer.json sha256 <code>{_e(tok.get('sha256'))}"
+                 "</code></p>")
+    rep = m.get("tokenizer_report")
+    if isinstance(rep, dict):
+        headline = rep.get("headline") or {k: v for k, v in rep.items() if not isinstance(v, (dict, list))}
+        parts.append(_table(["measure", "value"], [[_e(k), _e(v)] for k, v in headline.items()]))
+        for w in rep.get("warnings", []) or []:
+            parts.append(f"<p class='warn'>warning: {_e(w)}</p>")
+        link = rep.get("html") or rep.get("files", {}).get("html") if isinstance(rep.get("files"), dict) else rep.get("html")
+        if link:
+            parts.append(f"<p><a href='{_e(link)}'>full tokenizer coverage report</a></p>")
+
+    # training-time plan
+    parts.append("<h2 id='plan'>Training-time plan</h2>")
+    d = m["num_tokens"]
+    one = training_days(model_params, d, accelerators, peak_flops, mfu, overhead)
+    parts.append(f"<p>D = {d:,} tokens; N = {model_params:.3g} parameters; {accelerators} accelerators at "
+                 f"{peak_flops:.3g} FLOP/s peak, MFU {mfu}: total 6·N·D = {one['flops']:.3g} FLOPs, ideal "
+                 f"<span id='plan-ideal'>{one['ideal_days']:.4g}</span> days, planned (x{overhead}) "
+                 f"<span id='plan-planned'>{one['planned_days']:.4g}</span> days.</p>")
+    plan_rows = []
+    for n in PLAN_MODEL_SIZES:
+        plan_rows.append([f"{n / 1e9:g}B"] + [f"{training_days(n, d, a, peak_flops, mfu, overhead)['planned_days']:.3g}"
+                                              for a in PLAN_ACCELERATORS])
+    parts.append(_table(["planned days"] + [f"{a} accelerators" for a in PLAN_ACCELERATORS], plan_rows))
+    parts.append("<p>Defaults and their sources are in <code>pipeline/report.py</code> (PLAN_DEFAULTS).</p>")
+
+    # run facts
+    parts.append("<h2 id='run'>Run facts</h2>")
+    run_rows = []
+    for x in manifests:
+        run = x.get("run", {})
+        run_rows.append([_e(x["version"]), f"<code>{_e(x.get('code_commit'))}</code>",
+                         f"<code>{_e(x.get('config_hash', '')[:16])}</code>", _num(x.get("seed")),
+                         _e(run.get("created_at")), _num(run.get("wall_seconds")),
+                         _e(json.dumps(run.get("stage_seconds", {}))), _e(json.dumps(run.get("peak_rss", {}))),
+                         _e(run.get("machine"))])
+    parts.append(_table(["version", "code commit", "config hash", "seed", "created", "wall s", "seconds per stage",
+                         "peak RSS (MB)", "machine"], run_rows))
+    parts.append("<script>document.body.setAttribute('data-ready','1');</script></body></html>")
+    return "\n".join(parts)
+
+
+def write_report(version_dir: Path, compare_dir: Path | None = None, out: Path | None = None, **plan) -> Path:
+    """Render :func:`render` to ``out`` (default ``<version_dir>/report.html``)."""
+    out = Path(out) if out else Path(version_dir) / REPORT
+    out.write_text(render(version_dir, compare_dir, **plan), encoding="utf-8")
+    return out
