@@ -7,14 +7,14 @@ BIN    := $(VENV)/bin
 VERSION ?= v1
 STAMP  := $(VENV)/.mindcorpus-setup
 
-.PHONY: setup corpus test bench clean-work
+.PHONY: setup corpus test bench clean-work tokenizer-report
 
 setup: $(STAMP) tools/bin/lmplz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,cluster]'
 	touch $(STAMP)
 
 tools/bin/lmplz: tools/build_kenlm.sh | $(STAMP)
@@ -28,6 +28,14 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# Tokenizer coverage report: TOKENIZERS (NAME=PATH ...) on CORPUS, written to REPORT_DIR.
+TOKENIZERS ?= $(VERSION)=corpora/$(VERSION)/tokenizer.json
+CORPUS     ?= ../shared/corpus
+REPORT_DIR ?= reports/tokenizer-$(VERSION)
+tokenizer-report: setup
+	$(BIN)/python -m pipeline tokenizer-report $(foreach t,$(TOKENIZERS),--tokenizer $(t)) \
+		$(foreach c,$(CORPUS),--corpus $(c)) --out $(REPORT_DIR)
 
 clean-work:
 	rm -rf corpora/.work corpora/.tmp-*

@@ -35,16 +35,19 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 import pipeline
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
 from pipeline.assemble import BuildError, assemble, final_documents, write_decisions
-from pipeline.executor import (LocalExecutor, process_partition, write_json_atomic,
+from pipeline.executor import (make_executor, process_partition, write_json_atomic,
                                write_table_atomic)
 from pipeline.manifest import MANIFEST, MANIFEST_FORMAT, code_commit, sha256_file
-from pipeline.readers import Quarantined, display_path, read_file, resolve_paths
+from pipeline.readers import (Quarantined, display_path, input_size_and_sha256, is_url, read_file,
+                              resolve_paths)
+from pipeline.runlog import RunLog, crash_point
 from stages import STAGES, stage_class
 from stages.base import KEEP, REASON, Partitions, StageContext
 
@@ -109,8 +112,10 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
         path = out_dir / f"part-{task['index']:05d}-{len(parts):05d}.parquet"
         lines = [r.line for r in rows]
         texts = [r.text for r in rows]
+        ids = ([f"{source}:{r.doc_id}" for r in rows] if task["id_field"]
+               else [f"{source}:{file}:{line}" for line in lines])
         table = pa.table({
-            "id": [f"{source}:{file}:{line}" for line in lines],
+            "id": ids,
             "source": [source] * len(rows),
             "file": [file] * len(rows),
             "line": pa.array(lines, pa.int64()),
@@ -125,8 +130,8 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
         parts.append(path.name)
         rows.clear()
 
-    for item in read_file(Path(task["path"]), file, task["format"], task["text_field"],
-                          task["text_unit"], task["max_bytes"]):
+    for item in read_file(task["path"], file, task["format"], task["text_field"],
+                          task["text_unit"], task["max_bytes"], task["id_field"], task["storage_options"]):
         if isinstance(item, Quarantined):
             quarantine.append({"source": source, **dataclasses.asdict(item)})
             continue
@@ -172,7 +177,7 @@ def _totals(per_source: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, seed: int,
-              executor: LocalExecutor, log) -> tuple[list[Path], str, dict[str, Any]]:
+              executor, runlog: RunLog) -> tuple[list[Path], str, dict[str, Any]]:
     """Fit and run one stage over all partitions, resuming where a previous
     run stopped. Returns (output partitions, fingerprint, stage report)."""
     stage_cfg = getattr(cfg, name)
@@ -186,8 +191,11 @@ def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, s
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = [out_dir / p.name for p in in_parts]
     if state.get("done"):
-        log(f"[{name}] done in an earlier run (fingerprint {fp}), reused")
+        runlog.event("stage_reused", f"[{name}] done in an earlier run (fingerprint {fp}), reused",
+                     stage=name, fingerprint=fp)
         return outputs, fp, state["report"]
+    runlog.event("stage_start", None, stage=name, fingerprint=fp, partitions=len(in_parts),
+                 resumed_partitions=sum(o.exists() for o in outputs))
     ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache",
                        seed=seed, tools_dir=TOOLS_DIR)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
@@ -200,35 +208,85 @@ def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, s
         write_json_atomic(state, out_dir / STATE)
     todo = [(name, config_json, ctx, str(i), str(o)) for i, o in zip(in_parts, outputs) if not o.exists()]
     t1 = time.perf_counter()
-    executor.map(process_partition, todo)
+    docs = [pc.sum(pq.read_table(t[3], columns=[KEEP])[KEEP]).as_py() or 0 for t in todo]
+    tracker = runlog.tracker(name, len(todo), docs)
+    try:
+        executor.map(process_partition, todo, on_done=tracker)
+    finally:
+        tracker.close()
     per_source = _counts(outputs)
     report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"]}
     state.update(done=True, report=report, process_seconds=round(time.perf_counter() - t1, 2))
     write_json_atomic(state, out_dir / STATE)
     tot = report["totals"]
-    log(f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
-        f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)")
+    runlog.event("stage_done", f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
+                 f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)",
+                 stage=name, documents_in=tot["documents_in"], kept=tot["kept"], dropped=tot["dropped"],
+                 seconds=round(time.perf_counter() - t0, 2))
     return outputs, fp, report
 
 
 # --------------------------------------------------------------------------- build
 
 def _inputs(cfg, base: Path) -> list[dict[str, Any]]:
-    seen: dict[Path, str] = {}
+    seen: dict[str, str] = {}
     out = []
     for source, scfg in cfg.sources.items():
-        for path in resolve_paths(scfg.paths, base):
+        root = base
+        if scfg.root is not None:
+            root = scfg.root if is_url(scfg.root) else base / scfg.root  # base / absolute = absolute
+        for path in resolve_paths(scfg.paths, root, scfg.storage_options):
             if path in seen:
                 raise ConfigError(f"sources.{source}.paths: {path} is also an input of source {seen[path]!r}")
             seen[path] = source
-            out.append({"source": source, "path": str(path), "file": display_path(path, base),
-                        "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+            size, digest = input_size_and_sha256(path, scfg.storage_options)
+            out.append({"source": source, "path": path, "file": display_path(path, root),
+                        "bytes": size, "sha256": digest})
     return out
 
 
+def quarantine_duplicate_ids(parts: list[Path], ingest_dir: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+    """Quarantine every document whose id an earlier document (in partition
+    order: file order, then line) already has (``read.duplicate_id``).
+
+    Ids built from (source, file, line) are unique by construction; sources
+    with an ``id_field`` take the input's own ids, which may repeat. Affected
+    partitions are rewritten in place, atomically, once; the result is
+    recorded in ``ingest/_IDS.json`` so a re-run does not redo it.
+
+    Returns:
+        (the partitions, the quarantine entries).
+    """
+    marker = ingest_dir / "_IDS.json"
+    if marker.exists():
+        return parts, json.loads(marker.read_text())["quarantine"]
+    seen: set[str] = set()
+    quarantine: list[dict[str, Any]] = []
+    for path in parts:
+        t = pq.read_table(path)
+        ids = t["id"].to_pylist()
+        keep = []
+        for i, doc_id in enumerate(ids):
+            keep.append(doc_id not in seen)
+            seen.add(doc_id)
+        if not all(keep):
+            for i in (i for i, k in enumerate(keep) if not k):
+                quarantine.append({"source": t["source"][i].as_py(), "file": t["file"][i].as_py(),
+                                   "line": t["line"][i].as_py(), "byte_offset": -1,
+                                   "reason": "read.duplicate_id", "detail": f"id {ids[i]!r} seen before"})
+            write_table_atomic(t.filter(pa.array(keep)), path)
+    write_json_atomic({"quarantine": quarantine}, marker)
+    return parts, quarantine
+
+
 def build(version: str, config_path: Path | None = None, corpora_root: Path | None = None,
-          num_workers: int | None = None, log=print) -> BuildResult:
+          num_workers: int | None = None, log=print, strict: bool = False) -> BuildResult:
     """Build ``<corpora_root>/<version>`` from a config.
+
+    Re-running after a crash (even SIGKILL) at any point resumes from the
+    finished partitions and stages in ``corpora/.work/<version>`` and publishes
+    a version whose shards and manifest (less its ``run`` section) are
+    byte-identical to an uninterrupted build.
 
     Args:
         version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
@@ -238,6 +296,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             relative to the repo root.
         num_workers: override ``executor.num_workers``.
         log: a ``print``-like function for progress lines.
+        strict: any quarantined input record stops the build after ingest.
 
     Returns:
         The published version directory and its manifest.
@@ -245,7 +304,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     Raises:
         ConfigError: invalid config (nothing was done).
         VersionExistsError: the version already exists (nothing was done).
-        BuildError: the inputs leave nothing to write.
+        BuildError: ``strict`` and some input was quarantined, or the inputs
+            leave nothing to write.
+        PartitionError: a stage failed on some partitions (the others finished).
     """
     if not version or not all(ch.isalnum() or ch in "._-" for ch in version) or version.startswith("."):
         raise ConfigError(f"version {version!r}: use letters, digits, '.', '_' or '-'")
@@ -262,11 +323,24 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     work = root / ".work" / version
     tmp = root / f".tmp-{version}"
     work.mkdir(parents=True, exist_ok=True)
-    log(f"building {version} from {config_path} ({len(inputs)} input files) in {work}")
+    runlog = RunLog(work, log)
+    try:
+        return _build(version, cfg, config_path, inputs, work, tmp, final, runlog, t_start,
+                      num_workers or cfg.executor.num_workers, strict)
+    except BaseException as exc:
+        runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        runlog.close()
 
-    workers = num_workers or cfg.executor.num_workers
+
+def _build(version, cfg, config_path, inputs, work, tmp, final, runlog: RunLog, t_start, workers,
+           strict) -> BuildResult:
+    runlog.event("build_start", f"building {version} from {config_path} ({len(inputs)} input files) in {work}",
+                 version=version, config=str(config_path), config_hash=config_hash(cfg),
+                 inputs=len(inputs), workers=workers, pid=os.getpid())
     timings: dict[str, float] = {}
-    with LocalExecutor(workers) as executor:
+    with make_executor(cfg.executor, workers) as executor:
         # ingest
         t0 = time.perf_counter()
         ingest_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
@@ -281,26 +355,40 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             scfg = cfg.sources[inp["source"]]
             tasks.append({"source": inp["source"], "path": inp["path"], "file": inp["file"],
                           "format": scfg.format, "text_field": scfg.text_field, "text_unit": scfg.text_unit,
-                          "lang": scfg.lang, "max_bytes": cfg.ingest.max_record_bytes,
+                          "lang": scfg.lang, "id_field": scfg.id_field, "max_bytes": cfg.ingest.max_record_bytes,
+                          "storage_options": scfg.storage_options,
                           "partition_max_docs": cfg.ingest.partition_max_docs,
                           "out_dir": str(ingest_dir), "index": index})
-        results = executor.map(ingest_file, tasks)
+        tracker = runlog.tracker("ingest", len(tasks))
+        try:
+            results = executor.map(ingest_file, tasks, on_done=tracker)
+        finally:
+            tracker.close()
         parts = [ingest_dir / p for r in results for p in r["parts"]]
         quarantine = [q for r in results for q in r["quarantine"]]
+        parts, dup_quarantine = quarantine_duplicate_ids(parts, ingest_dir)
+        quarantine += dup_quarantine
         ingest_counts = _counts(parts)
         timings["ingest"] = round(time.perf_counter() - t0, 2)
-        log(f"[ingest] {sum(r['documents'] for r in results)} documents in {len(parts)} partitions, "
-            f"{len(quarantine)} quarantined ({timings['ingest']:.1f} s)")
+        n_docs = sum(s["documents_in"] for s in ingest_counts.values())
+        runlog.event("ingest_done", f"[ingest] {n_docs} documents in {len(parts)} partitions, "
+                     f"{len(quarantine)} quarantined ({timings['ingest']:.1f} s)",
+                     documents=n_docs, partitions=len(parts),
+                     quarantined=dict(Counter(q["reason"] for q in quarantine)))
+        if strict and quarantine:
+            raise BuildError(f"--strict: {len(quarantine)} input record(s) quarantined "
+                             f"({dict(sorted(Counter(q['reason'] for q in quarantine).items()))}); "
+                             f"first: {quarantine[0]['file']} line {quarantine[0]['line']}: {quarantine[0]['reason']}")
 
         upstream = ingest_fp
         stage_reports: dict[str, Any] = {}
         stage_outputs: dict[str, list[Path]] = {}
         for name in STAGES:
             if not getattr(cfg, name).enabled:
-                log(f"[{name}] disabled in the config")
+                runlog.event("stage_disabled", f"[{name}] disabled in the config", stage=name)
                 continue
             t0 = time.perf_counter()
-            parts, upstream, report = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor, log)
+            parts, upstream, report = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor, runlog)
             stage_reports[name] = report
             stage_outputs[name] = parts
             timings[name] = round(time.perf_counter() - t0, 2)
@@ -311,7 +399,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     docs = final_documents(parts)
-    out = assemble(cfg, docs, tmp, log)
+    out = assemble(cfg, docs, tmp, runlog.echo,
+                   pad_id=stage_reports["tokenize"]["fit"]["special_token_ids"]["pad"],
+                   mixture=stage_reports["mixture"]["fit"])
     n_decisions = write_decisions(stage_outputs, tmp)
     with open(tmp / "quarantine.jsonl", "w", encoding="utf-8") as fh:
         for q in quarantine:
@@ -319,6 +409,10 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / "tokenizer.json")
     (tmp / "config.yaml").write_text(yaml.safe_dump(config_dict(cfg), sort_keys=True, allow_unicode=True),
                                      encoding="utf-8")
+    # Tokenizer coverage report on the held-out split, inside the version (hashed in "files").
+    from pipeline.tokenizer_report import build_report
+    tokenizer_report = build_report(cfg.tokenize, stage_outputs["tokenize"], tmp / "tokenizer.json",
+                                    tmp, cfg.seed, runlog.echo)
     timings["assemble"] = round(time.perf_counter() - t0, 2)
 
     # accounting: documents in = kept + dropped (by reason) + quarantined
@@ -331,9 +425,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
                   "quarantined": len(quarantine), "dropped_by_reason": dict(sorted(dropped.items()))}
     if n_in != n_kept + accounting["dropped"] + accounting["quarantined"]:
         raise BuildError(f"accounting does not add up: {accounting}")
-
     if n_decisions != accounting["dropped"]:
         raise BuildError(f"{n_decisions} decision rows for {accounting['dropped']} dropped documents")
+
     files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*"))
              if p.is_file() and not p.relative_to(tmp).as_posix().startswith("shards/")}
     tok = stage_reports["tokenize"]["fit"]
@@ -351,6 +445,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         "accounting": accounting,
         "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
                       **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
+        "tokenizer_report": tokenizer_report,
         "mixture": stage_reports["mixture"]["fit"],
         **out,
         "files": files,
@@ -363,11 +458,21 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         "peak_rss": _peak_rss_mb(),
         "host": socket.gethostname(),
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "executor": cfg.executor.kind,
         "num_workers": workers,
+        "log": "run.log.jsonl",
     }
     write_json_atomic(manifest, tmp / MANIFEST)
+    # The page shows run facts (times, memory): derived from the manifest, not hashed in it.
+    from pipeline.report import write_report
+
+    write_report(tmp)
+    crash_point("assemble", 0)
     if final.exists():
         raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}")
+    runlog.event("publish", f"published {final}", version_dir=str(final),
+                 wall_seconds=manifest["run"]["wall_seconds"])
+    # The run log is a run fact: copied in, not hashed in the manifest.
+    shutil.copyfile(runlog.path, tmp / "run.log.jsonl")
     os.replace(tmp, final)
-    log(f"published {final}")
     return BuildResult(final, manifest)

@@ -1,7 +1,8 @@
 """``python -m pipeline``: a thin face over functions that tests call directly.
 
 Commands: ``build``, ``inspect VERSION``, ``lineage VERSION --step N
---global-batch B``. Errors print one clear line and exit non-zero.
+--global-batch B`` (or ``--doc ID``), ``diff V1 V2``, ``verify VERSION``.
+Errors print one clear line and exit non-zero.
 """
 
 from __future__ import annotations
@@ -76,14 +77,17 @@ def build(
                                                       "else configs/default.yaml)")] = None,
     corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
     workers: Annotated[int | None, typer.Option(help="override executor.num_workers")] = None,
+    strict: Annotated[bool, typer.Option(help="stop after ingest if any input record was quarantined")] = False,
 ) -> None:
     """Build corpora/VERSION and print the per-stage summary table."""
     from pipeline.build import BuildError, VersionExistsError, build as run_build
     from pipeline.config import ConfigError
+    from pipeline.executor import PartitionError
 
     try:
-        result = run_build(version, config, corpora_root, workers, log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
-    except (ConfigError, VersionExistsError, BuildError, FileNotFoundError) as exc:
+        result = run_build(version, config, corpora_root, workers, strict=strict,
+                           log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
+    except (ConfigError, VersionExistsError, BuildError, FileNotFoundError, PartitionError) as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
@@ -107,43 +111,210 @@ def _version_dir(version: str, corpora_root: Path | None) -> Path:
 def inspect(
     version: str,
     corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the manifest")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the manifest (or the examples)")] = False,
+    stage: Annotated[str | None, typer.Option(help="print random examples this stage dropped "
+                                                     "(or kept, with --kept)")] = None,
+    reason: Annotated[str | None, typer.Option(help="only drops with this reason code")] = None,
+    n: Annotated[int, typer.Option("-n", help="number of examples")] = 10,
+    kept: Annotated[bool, typer.Option("--kept", help="examples of kept documents")] = False,
+    seed: Annotated[int, typer.Option(help="sample seed")] = 0,
+    chars: Annotated[int, typer.Option(help="characters of text shown per example")] = 400,
+    model_params: Annotated[float, typer.Option(help="training plan: model parameters N")] = 7e9,
+    accelerators: Annotated[int, typer.Option(help="training plan: accelerator count")] = 128,
+    peak_flops: Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")] = 400e12,
+    mfu: Annotated[float, typer.Option(help="training plan: model FLOPs utilization")] = 0.4,
+    overhead: Annotated[float, typer.Option(help="training plan: planned / ideal time")] = 1.3,
 ) -> None:
-    """Print a version's summary table (or its manifest with --json)."""
+    """Print a version's summary table and training-time plan (or its manifest
+    with --json); with --stage, random dropped (or --kept) examples and their
+    measurements."""
     from pipeline.manifest import load_manifest
 
-    manifest = load_manifest(_version_dir(version, corpora_root))
+    vdir = _version_dir(version, corpora_root)
+    if stage is not None:
+        from pipeline.examples import format_examples, sample_examples
+
+        try:
+            rows = sample_examples(vdir, stage, reason, n, kept, seed)
+        except ValueError as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+            raise typer.Exit(2) from None
+        if as_json:
+            print(json.dumps(rows, indent=2, ensure_ascii=False))
+        else:
+            print(format_examples(rows, stage, chars))
+        return
+    manifest = load_manifest(vdir)
     if as_json:
         print(json.dumps(manifest, indent=2, ensure_ascii=False))
         return
     console.print(summary_table(manifest))
     console.print(output_table(manifest))
+    console.print(plan_table(manifest, model_params, accelerators, peak_flops, mfu, overhead))
+
+
+def plan_table(manifest: dict[str, Any], model_params: float, accelerators: int, peak_flops: float,
+               mfu: float, overhead: float) -> Table:
+    """Training-time plan for this version's tokens (see pipeline.report.training_days)."""
+    from pipeline.report import PLAN_ACCELERATORS, PLAN_MODEL_SIZES, training_days
+
+    d = manifest["num_tokens"]
+    one = training_days(model_params, d, accelerators, peak_flops, mfu, overhead)
+    table = Table(title=f"training-time plan: D = {d:,} tokens, 6·N·D FLOPs, peak {peak_flops:.3g} FLOP/s, "
+                        f"MFU {mfu}, overhead x{overhead}")
+    table.add_column("planned days (ideal)", justify="left")
+    for a in PLAN_ACCELERATORS:
+        table.add_column(f"{a} accelerators", justify="right")
+    for n in sorted(set(PLAN_MODEL_SIZES) | {model_params}):
+        cells = []
+        for a in PLAN_ACCELERATORS:
+            t = training_days(n, d, a, peak_flops, mfu, overhead)
+            cells.append(f"{t['planned_days']:.3g} ({t['ideal_days']:.3g})")
+        table.add_row(f"{n / 1e9:g}B params", *cells)
+    table.caption = (f"N = {model_params:.3g} on {accelerators} accelerators: {one['flops']:.3g} FLOPs, "
+                     f"ideal {one['ideal_days']:.3g} days, planned {one['planned_days']:.3g} days")
+    return table
+
+
+@app.command()
+def report(
+    version: str,
+    compare: Annotated[str | None, typer.Option(help="a second version shown side by side")] = None,
+    out: Annotated[Path | None, typer.Option(help="output file (default: <version>/report.html, or "
+                                                  "reports/<V>-vs-<OTHER>.html with --compare)")] = None,
+    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    model_params: Annotated[float, typer.Option(help="training plan: model parameters N")] = 7e9,
+    accelerators: Annotated[int, typer.Option(help="training plan: accelerator count")] = 128,
+    peak_flops: Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")] = 400e12,
+    mfu: Annotated[float, typer.Option(help="training plan: model FLOPs utilization")] = 0.4,
+    overhead: Annotated[float, typer.Option(help="training plan: planned / ideal time")] = 1.3,
+) -> None:
+    """(Re)build a version's self-contained report.html, optionally against another version."""
+    from pipeline.config import REPO_ROOT
+    from pipeline.report import write_report
+
+    vdir = _version_dir(version, corpora_root)
+    other = _version_dir(compare, corpora_root) if compare else None
+    if out is None and other is not None:
+        out = REPO_ROOT / "reports" / f"{vdir.name}-vs-{other.name}.html"
+        out.parent.mkdir(parents=True, exist_ok=True)
+    path = write_report(vdir, other, out, model_params=model_params, accelerators=accelerators,
+                        peak_flops=peak_flops, mfu=mfu, overhead=overhead)
+    console.print(f"wrote {path}")
 
 
 @app.command()
 def lineage(
     version: str,
-    step: Annotated[int, typer.Option(help="training step (0-based)")],
     global_batch: Annotated[int, typer.Option(help="global batch size in samples")],
+    step: Annotated[int | None, typer.Option(help="training step (0-based)")] = None,
     dp_size: Annotated[int, typer.Option(help="data-parallel size")] = 1,
+    around: Annotated[int, typer.Option(help="also list steps STEP-K .. STEP+K")] = 0,
+    doc: Annotated[str | None, typer.Option(help="reverse lookup: the samples and steps holding "
+                                                 "this document id")] = None,
     show_text: Annotated[bool, typer.Option(help="print the first 200 characters of each document "
                                                   "(its start, not the piece in the sample)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
 ) -> None:
-    """The documents in a training step's global batch, in loader order."""
-    from pipeline.lineage import format_lineage, lineage_for_step
+    """The documents in a training step's global batch (or steps STEP-K..STEP+K),
+    in loader order; with --doc ID, the samples and steps that hold a document."""
+    from pipeline.lineage import (DEFAULT_TEXT_CHARS, format_document_lineage, format_lineage,
+                                  lineage_for_document, lineage_for_step)
 
     vdir = _version_dir(version, corpora_root)
+    if (step is None) == (doc is None):
+        err.print("[bold red]error:[/] give exactly one of --step N or --doc ID")
+        raise typer.Exit(2)
     try:
-        records = lineage_for_step(vdir, step, global_batch, dp_size)
+        if doc is not None:
+            result = lineage_for_document(vdir, doc, global_batch, dp_size)
+        else:
+            # Text is read from documents.parquet only when asked for (--show-text).
+            result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
+                                      text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
     except ValueError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
         raise typer.Exit(2) from None
     if as_json:
-        print(json.dumps(records, indent=2, ensure_ascii=False, default=str))
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    elif doc is not None:
+        print(format_document_lineage(result, show_text=show_text), end="")
+        if not result["pieces"]:
+            raise typer.Exit(1)
     else:
-        print(format_lineage(records, show_text=show_text))
+        print(format_lineage(result, show_text=show_text), end="")
+
+
+@app.command()
+def diff(
+    version_a: str,
+    version_b: str,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
+    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+) -> None:
+    """What changed from VERSION_A to VERSION_B: config keys, counts, and the
+    documents added and removed per source."""
+    from pipeline.versions import diff_versions, format_diff
+
+    result = diff_versions(_version_dir(version_a, corpora_root), _version_dir(version_b, corpora_root))
+    if as_json:
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(format_diff(result), end="")
+
+
+@app.command()
+def verify(
+    version: str,
+    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+) -> None:
+    """Re-hash every shard and file of VERSION against its manifest; exit 1
+    naming each one that differs."""
+    from pipeline.versions import verify_version
+
+    result = verify_version(_version_dir(version, corpora_root))
+    for name in result["bad_shards"]:
+        print(f"BAD shard {name}: missing or SHA-256 differs from the manifest")
+    for name in result["bad_files"]:
+        print(f"BAD file {name}: missing or SHA-256 differs from the manifest")
+    if not result["ok"]:
+        raise typer.Exit(1)
+    print(f"ok: {result['checked_shards']} shards and {result['checked_files']} files match the manifest")
+
+
+@app.command("tokenizer-report")
+def tokenizer_report(
+    tokenizer: Annotated[list[str], typer.Option(help="NAME=PATH or PATH of a tokenizer.json; "
+                                                      "repeat to compare tokenizers side by side")],
+    corpus: Annotated[list[Path], typer.Option(help="JSONL(.gz/.zst)/Parquet files or directories")],
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("tokenizer-report"),
+    max_chars: Annotated[int | None, typer.Option(help="read at most this many characters")] = None,
+    max_byte_fallback_rate: Annotated[float | None, typer.Option(help="warn above this rate")] = None,
+) -> None:
+    """Coverage report (Markdown, JSON, HTML) of one or more tokenizers on a corpus."""
+    from pipeline.tokenizer_report import check_thresholds, read_corpus, run_report, write_report
+
+    named: dict[str, Path] = {}
+    for spec in tokenizer:
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        path = Path(path)
+        name = name or (path.parent.name if path.name == "tokenizer.json" else path.stem)
+        if not path.is_file() or name in named:
+            err.print(f"[bold red]error:[/] tokenizer {spec!r}: no such file, or a repeated name")
+            raise typer.Exit(2)
+        named[name] = path
+    try:
+        docs = read_corpus(corpus, max_chars)
+    except FileNotFoundError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    report = run_report(named, docs)
+    warnings = check_thresholds(report, max_byte_fallback_rate=max_byte_fallback_rate)
+    for path in write_report(report, out, warnings):
+        console.print(f"wrote {path}")
+    for w in warnings:
+        err.print(f"warning: {w}", highlight=False)
 
 
 def main() -> None:

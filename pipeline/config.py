@@ -114,10 +114,15 @@ class OutputConfig(_Strict):
         max_shard_bytes: a shard file is closed when its raw int32 payload
             reaches this size (256 MiB: few files for a small corpus, enough
             files for parallel reads of a large one).
+        packing: ``concat_split`` (documents joined with EOS and cut into
+            windows; no padding; the mindformers default) or ``best_fit``
+            (a document shorter than a window is never split; gaps padded with
+            the pad id). See docs/stages/mixture_packing.md.
     """
 
     seq_length: int = pydantic.Field(2048, ge=8)
     max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
+    packing: Literal["concat_split", "best_fit"] = "concat_split"
 
 
 def _stage_fields() -> dict[str, Any]:

@@ -155,7 +155,9 @@ def examples(version_dir: Path, stage: str, limit: int = 3, chars: int = 300) ->
 
 def _svg(fig) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # No date (byte-identical pages) and no metadata links (nothing points off the page).
+    fig.savefig(buf, format="svg", bbox_inches="tight",
+                metadata={"Date": None, "Format": None, "Type": None, "Creator": None})
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -169,8 +171,11 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "figure.dpi": 96})
     return plt
+
+
+# Applied with matplotlib.rc_context around rendering only, never globally.
+RC = {"svg.fonttype": "none", "font.size": 9, "figure.dpi": 96, "svg.hashsalt": "mindcorpus"}
 
 
 def plot_funnel(versions: list[tuple[str, list[dict[str, Any]]]]) -> str:
@@ -207,7 +212,8 @@ def plot_histograms(version_dirs: list[tuple[str, Path]]) -> str:
     axes[1].set_title("language score (kept documents)")
     axes[2].set_title("dedup cluster sizes (documents)")
     for ax in axes:
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
         ax.grid(alpha=0.3)
     return _svg(fig)
 
@@ -423,13 +429,16 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                  "</code></p>")
     rep = m.get("tokenizer_report")
     if isinstance(rep, dict):
-        headline = rep.get("headline") or {k: v for k, v in rep.items() if not isinstance(v, (dict, list))}
-        parts.append(_table(["measure", "value"], [[_e(k), _e(v)] for k, v in headline.items()]))
+        headline = rep.get("headline", {})
+        metrics = sorted({k for v in headline.values() for k in v})
+        parts.append(f"<p>coverage on the held-out split ({_num(rep.get('heldout_documents'))} documents, "
+                     "never used for training):</p>")
+        parts.append(_table(["language"] + metrics,
+                            [[_e(lang)] + [_num(v.get(k)) for k in metrics] for lang, v in sorted(headline.items())]))
         for w in rep.get("warnings", []) or []:
             parts.append(f"<p class='warn'>warning: {_e(w)}</p>")
-        link = rep.get("html") or rep.get("files", {}).get("html") if isinstance(rep.get("files"), dict) else rep.get("html")
-        if link:
-            parts.append(f"<p><a href='{_e(link)}'>full tokenizer coverage report</a></p>")
+        stem = rep.get("dir", "tokenizer_report")
+        parts.append(f"<p><a href='{_e(stem)}/tokenizer_report.html'>full tokenizer coverage report</a></p>")
 
     # training-time plan
     parts.append("<h2 id='plan'>Training-time plan</h2>")
@@ -464,6 +473,11 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
 
 def write_report(version_dir: Path, compare_dir: Path | None = None, out: Path | None = None, **plan) -> Path:
     """Render :func:`render` to ``out`` (default ``<version_dir>/report.html``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     out = Path(out) if out else Path(version_dir) / REPORT
-    out.write_text(render(version_dir, compare_dir, **plan), encoding="utf-8")
+    with matplotlib.rc_context(RC):
+        page = render(version_dir, compare_dir, **plan)
+    out.write_text(page, encoding="utf-8")
     return out

@@ -1,21 +1,36 @@
 """Tokenize stage: train (or load) a byte-level BPE and encode every document.
 
-``fit`` either loads a given ``tokenizer.json`` or trains a byte-level BPE
-(GPT-2 style: ByteLevel pre-tokenizer and decoder, the 256 byte symbols as the
-initial alphabet, so every string is encodable and no unknown token exists) on a
-deterministic sample of the kept documents, and writes
-``ctx.work_dir / "tokenizer.json"``. ``process`` encodes each document, appends
-EOS and stores the ids.
+``fit`` either loads a given ``tokenizer.json`` or trains a byte-level BPE on a
+deterministic, bounded, optionally language/source-balanced sample of the kept
+documents (never the held-out split), and writes ``ctx.work_dir /
+"tokenizer.json"``. ``process`` encodes each document, appends EOS and stores
+the ids.
 
-Special-token ids of a trained tokenizer (``special_tokens`` are given to the
-trainer in this order, so they take the first ids):
+The trained tokenizer (docs/stages/tokenize.md has the reasons):
 
-* ``<|pad|>`` = 0: mindformers' loss mask ignores ``pad_token_id`` (default 0),
-  so PAD must be the id the model never has to predict.
-* ``<|endoftext|>`` (EOS) = 1: appended to every document; it must NOT be 0,
-  or the model would never be trained to end a document.
-* ``<|bos|>`` = 2: reserved in the vocabulary for models that want it; this
-  stage does not insert it.
+* **normalizer**: the policy ``Config.normalization`` (default ``none``: no
+  folding, so ``decode(encode(x)) == x`` for every string). It is stored in
+  ``tokenizer.json``, so training and encoding apply the same one.
+* **pre-tokenizer**: one regex split (:func:`pretokenize_pattern`) then the
+  byte mapping: CJK runs (Han, kana, hangul) are isolated from Latin text and
+  cut into pieces of at most ``cjk_max_run`` characters, so a 2,000-character
+  unpunctuated Chinese line is not one giant pre-token; digits are one per
+  pre-token (hence one per token); letters, punctuation and whitespace runs
+  follow GPT-2's regex.
+* **model**: BPE over the 256 byte symbols (no unknown token can arise), merges
+  no longer than ``max_token_length`` bytes.
+* **special tokens** (given to the trainer first, so they take the first ids):
+  ``<|pad|>`` = 0 (mindformers' loss mask ignores ``pad_token_id``, default 0),
+  ``<|endoftext|>`` (EOS) = 1 (appended to every document; must not be 0 or the
+  model never learns to end a document), ``<|bos|>`` = 2 (reserved), then
+  ``num_reserved_tokens`` slots ``<|reserved_N|>``. In raw text their strings
+  are ordinary text: they never produce a special id.
+
+Encoding runs through ``tiktoken`` (same ids, about 3x faster per core than
+``tokenizers``, which spends ~3 µs per pre-token on offset bookkeeping the
+pipeline does not need) when ``fit`` has checked on a sample that both give
+identical ids; otherwise through ``tokenizers``. See
+docs/stages/tokenize.md, "Speed".
 
 Reason codes: ``tokenize.empty`` (the document yields no token: empty or null
 text). Every other document is kept.
@@ -24,21 +39,48 @@ text). Every other document is kept.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
+from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pydantic
 
-from stages.base import Partitions, Stage, StageConfig, with_decision
+from stages.base import Partitions, Stage, StageConfig, read_kept, with_decision
 from stages.packing import id_hash
 
 TOKENIZER_FILE = "tokenizer.json"
+ENCODER_FILE = "encoder.json"
 REASON_EMPTY = "tokenize.empty"
 _HASH_SPACE = float(2**64)
+_HELDOUT_SALT = 0x68656C646F7574  # "heldout": the held-out draw is independent of other draws
+
+# Scripts written without spaces (plus hangul, kept with them): Unicode script
+# properties, understood alike by Oniguruma (tokenizers) and fancy-regex (tiktoken).
+CJK_SCRIPTS = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
+
+
+def pretokenize_pattern(cjk_max_run: int) -> str:
+    """The pre-tokenizer regex (``Split`` with ``Isolated`` behaviour).
+
+    Alternatives, first match wins at each position:
+
+    1. English contractions ``'s 't 're 've 'm 'll 'd`` (GPT-2);
+    2. an optional space and 1..``cjk_max_run`` CJK characters (a longer run
+       becomes several pieces);
+    3. an optional space and a run of other letters and combining marks;
+    4. one digit (``\\p{N}``: ASCII, full-width, other scripts' digits);
+    5. an optional space and a run of punctuation/symbols;
+    6. whitespace: a run not followed by a non-space (so ``"\\n    x"`` gives
+       ``"\\n   "`` and ``" x"``), else any run (GPT-2).
+    """
+    return (rf"'(?:s|t|re|ve|m|ll|d)| ?[{CJK_SCRIPTS}]{{1,{int(cjk_max_run)}}}"
+            rf"| ?[\p{{L}}\p{{M}}&&[^{CJK_SCRIPTS}]]+|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]+"
+            r"|\s+(?!\S)|\s+")
 
 
 class Config(StageConfig):
@@ -47,24 +89,66 @@ class Config(StageConfig):
     Attributes:
         tokenizer_path: an existing HF ``tokenizer.json`` to use as is; None
             trains a byte-level BPE on the kept documents.
-        vocab_size: target vocabulary size (bytes + merges + 3 special
-            tokens) of a trained tokenizer; the result is smaller if the sample
-            supports fewer merges. Default 16384, our measurement on the
-            bundled 51.5M-character dev corpus (7 languages + Python; see
-            docs/stages/tokenize.md): 8k -> 16k -> 32k gives 2.82 -> 3.19 ->
-            3.51 characters per token on held-out documents (+13%, +10%)
-            while training time triples from 16k to 32k, and a 20M-character
-            sample gives the rare merges of a larger vocabulary few counts;
-            it also keeps the embedding table small for the small models
-            trained on this sample. Production corpora use 32k-150k
-            (Llama 2: 32k, Qwen: 151k).
+        vocab_size: target vocabulary size (special + reserved tokens + 256
+            bytes + merges) of a trained tokenizer; smaller if the sample
+            supports fewer merges. Default 16384: our measurement on the dev
+            corpus (docs/stages/tokenize.md): 8k -> 16k -> 32k gives 2.82 ->
+            3.19 -> 3.51 characters per token on held-out documents, and the
+            bundled sample is small. Production corpora use 32k-150k (Llama 2:
+            32k, Qwen: 151k). Ids fit uint16 up to 65,536 (see
+            :func:`token_id_dtype`).
         min_frequency: a pair must occur at least this many times in the
-            training sample to be merged. Default 2, as in the HF
-            ``tokenizers`` BPE training examples (the library default, 0,
-            merges pairs seen once, i.e. memorises the sample).
+            training sample to be merged. Default 2, as in the HF ``tokenizers``
+            BPE training examples (0 merges pairs seen once).
+        max_token_length: longest merged token, in UTF-8 bytes (the byte-level
+            alphabet has one symbol per byte; HF ``BpeTrainer.max_token_length``).
+            Default 24: 8 CJK characters, a 24-column indentation, any common
+            English word; our choice (unbounded, the 16K vocabulary of the
+            bundled sample spent slots on 192-byte box-drawing rules and 42-byte
+            katakana phrases, docs/stages/tokenize.md).
+        cjk_max_run: at most this many CJK characters per pre-token (longer
+            runs are cut into consecutive pieces). Default 16: longer than
+            ``max_token_length`` allows a CJK token to be (8 characters), so a
+            cut only matters for a word straddling it; most clauses between
+            Chinese punctuation marks are shorter and stay whole.
+        normalization: the normalization policy, applied by the tokenizer
+            itself at training and at encoding time (it is saved in
+            ``tokenizer.json``): ``none`` (default; full-width forms, compatibility
+            characters and unnormalised sequences are kept, so the round trip is
+            exact and a model can still write "１２３元"), ``nfc`` or ``nfkc``
+            (folds full-width forms to ASCII; the round trip is then exact only
+            for text already in that form).
+        num_reserved_tokens: extra special tokens ``<|reserved_0|>``... after
+            BOS (ids 3..), for alignment-time roles (chat turns, tools). Default
+            0 (the sample models need none).
         train_max_chars: upper bound on characters (code points) of training
-            text. Default 20,000,000: about 40% of the dev corpus, training in
-            ~100 s on 2 cores (our measurement, docs/stages/tokenize.md).
+            text. Default 20,000,000: about 40% of the dev corpus, ~100 s on
+            2 cores at vocab 16384 (docs/stages/tokenize.md).
+        train_language_weights: target share of the training sample per
+            language (``langid_lang``, else ``lang_hint``, else ``und``); shares
+            are renormalised over languages present, and a language not listed
+            is left out of training. None: the corpus's own mix.
+        train_source_weights: target share per source; with language weights
+            they split each language's share among sources (in proportion to
+            available characters x weight). None: the corpus's own mix.
+        heldout_fraction: share of documents (drawn by a seeded hash of the id)
+            kept out of tokenizer training and used for the coverage report of
+            every build. Default 0.02 (our choice: ~1M characters of the dev
+            corpus, enough for per-language rates to 0.1%).
+        heldout_max_chars: at most this many characters of held-out text go
+            into the build's report (bounds its time; default 2,000,000).
+        report_min_round_trip: build warning when the share of held-out
+            documents with ``decode(encode(x)) == x`` is below this (default 1.0).
+        report_max_byte_fallback_rate: build warning when the share of held-out
+            characters split into raw byte pieces is above this in any language
+            (default 0.02: twice the worst language measured on the dev
+            corpus's held-out split, zh 0.92% at 32K and 0.50% at 64K, every
+            other language <= 0.2%; docs/tokenizer_report.md); None turns it off.
+        report_min_chars_per_token: build warning when a language's characters
+            per token on the held-out split is below its value here (default
+            none).
+        encode_threads: threads per process for encoding (tiktoken's batch
+            API); the build's worker processes already use the cores, so 1.
         eos_token, pad_token, bos_token: special-token strings (GPT-2's
             ``<|endoftext|>``; ``<|pad|>`` and ``<|bos|>`` in the same style).
     """
@@ -72,29 +156,76 @@ class Config(StageConfig):
     tokenizer_path: str | None = None
     vocab_size: int = pydantic.Field(16384, ge=260)
     min_frequency: int = pydantic.Field(2, ge=0)
+    max_token_length: int = pydantic.Field(24, ge=2)
+    cjk_max_run: int = pydantic.Field(16, ge=1)
+    normalization: Literal["none", "nfc", "nfkc"] = "none"
+    num_reserved_tokens: int = pydantic.Field(0, ge=0)
     train_max_chars: int = pydantic.Field(20_000_000, gt=0)
+    train_language_weights: dict[str, float] | None = None
+    train_source_weights: dict[str, float] | None = None
+    heldout_fraction: float = pydantic.Field(0.02, ge=0.0, lt=1.0)
+    heldout_max_chars: int = pydantic.Field(2_000_000, gt=0)
+    report_min_round_trip: float = pydantic.Field(1.0, ge=0.0, le=1.0)
+    report_max_byte_fallback_rate: float | None = pydantic.Field(0.02, ge=0.0, le=1.0)
+    report_min_chars_per_token: dict[str, float] = pydantic.Field(default_factory=dict)
+    encode_threads: int = pydantic.Field(1, ge=1)
     eos_token: str = pydantic.Field("<|endoftext|>", min_length=1)
     pad_token: str = pydantic.Field("<|pad|>", min_length=1)
     bos_token: str = pydantic.Field("<|bos|>", min_length=1)
 
     @pydantic.model_validator(mode="after")
-    def _distinct_special_tokens(self) -> "Config":
+    def _check(self) -> Config:
         specials = [self.pad_token, self.eos_token, self.bos_token]
         if len(set(specials)) != 3:
             raise ValueError(f"pad/eos/bos tokens must differ, got {specials}")
+        for key in ("train_language_weights", "train_source_weights"):
+            weights = getattr(self, key)
+            if weights is not None and (any(w < 0 for w in weights.values())
+                                        or not any(w > 0 for w in weights.values())):
+                raise ValueError(f"{key}: weights must be >= 0 with at least one > 0")
         return self
 
+    def special_tokens(self) -> list[str]:
+        """pad, eos, bos, then the reserved slots: ids 0, 1, 2, 3, ..."""
+        return [self.pad_token, self.eos_token, self.bos_token,
+                *(f"<|reserved_{i}|>" for i in range(self.num_reserved_tokens))]
 
-def build_trainable_tokenizer():
-    """An untrained byte-level BPE: digits split one per token, then the GPT-2
-    ByteLevel regex split; no normalizer (text is not NFKC-folded, so
-    ``decode(encode(x)) == x`` for every string ``x``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+def token_id_dtype(vocab_size: int) -> np.dtype:
+    """The smallest dtype holding every id of a ``vocab_size`` vocabulary:
+    ``uint16`` up to 65,536 entries (ids 0..65535), else ``int32`` (MindRecord
+    stores only int32/int64, so ids above 2^31 are not supported).
+
+    Raises:
+        ValueError: ``vocab_size`` < 1 or > 2^31.
+    """
+    if not 1 <= vocab_size <= 2**31:
+        raise ValueError(f"vocab_size {vocab_size} out of range 1..2^31")
+    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.int32)
+
+
+def build_trainable_tokenizer(config: Config | None = None):
+    """An untrained byte-level BPE with the normalizer, pre-tokenizer and
+    decoder described in the module docstring (``config`` defaults apply when
+    None)."""
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
+
+    config = config or Config()
     tokenizer = Tokenizer(models.BPE())
+    if config.normalization == "nfc":
+        tokenizer.normalizer = normalizers.NFC()
+    elif config.normalization == "nfkc":
+        tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        pre_tokenizers.Split(Regex(pretokenize_pattern(config.cjk_max_run)), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer
@@ -103,21 +234,23 @@ def build_trainable_tokenizer():
 def train_bpe(texts, config: Config):
     """Train a byte-level BPE on ``texts`` (an iterable of str).
 
-    Special tokens get ids 0 (pad), 1 (eos), 2 (bos); then the 256 byte
-    symbols; then merges. Deterministic for the same texts in the same order
-    (checked with 1 and 2 Rayon threads, see docs/stages/tokenize.md).
+    Special tokens get ids 0 (pad), 1 (eos), 2 (bos), 3.. (reserved); then the
+    256 byte symbols; then merges, none longer than ``config.max_token_length``
+    bytes. Deterministic for the same texts in the same order (checked with 1
+    and 2 Rayon threads, docs/stages/tokenize.md).
 
     Returns:
         a ``tokenizers.Tokenizer``.
     """
     from tokenizers import pre_tokenizers, trainers
 
-    tokenizer = build_trainable_tokenizer()
+    tokenizer = build_trainable_tokenizer(config)
     trainer = trainers.BpeTrainer(
         vocab_size=config.vocab_size,
         min_frequency=config.min_frequency,
-        special_tokens=[config.pad_token, config.eos_token, config.bos_token],
+        special_tokens=config.special_tokens(),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        max_token_length=config.max_token_length,
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer)
@@ -145,27 +278,234 @@ def load_tokenizer(path: Path, eos_token: str):
     return tokenizer
 
 
-def training_sample(partitions: Partitions, max_chars: int, seed: int):
-    """Yield a deterministic sample of kept texts, at most ``max_chars``
-    characters in all, in partition order.
+# --------------------------------------------------------------------------- encoders
 
-    Each document is drawn with probability ``p = min(1, max_chars / total
-    characters)`` by a seeded xxh64 of its id (so the draw does not depend on
-    the partitioning), then the stream stops before the document that would pass
-    ``max_chars``. Reads the ``text`` column twice (once to count characters).
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map (the ByteLevel alphabet)."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
+    cs = bs[:]
+    extra = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+BYTE_DECODER = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def token_bytes(token: str) -> bytes | None:
+    """The bytes a byte-level token stands for (None if ``token`` is not made
+    of ByteLevel alphabet symbols, e.g. a special token)."""
+    try:
+        return bytes(BYTE_DECODER[c] for c in token)
+    except KeyError:
+        return None
+
+
+class HFEncoder:
+    """Encode with ``tokenizers`` (any tokenizer.json). Literal special-token
+    strings in the text are ordinary text (``encode_special_tokens``)."""
+
+    kind = "tokenizers"
+
+    def __init__(self, tokenizer):
+        tokenizer.encode_special_tokens = True
+        self.tokenizer = tokenizer
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+class TiktokenEncoder:
+    """Encode a byte-level BPE of :func:`build_trainable_tokenizer`'s shape
+    with ``tiktoken`` (ranks = token ids; special tokens never matched).
+
+    Raises:
+        ValueError: the tokenizer is not of that shape (normalizer set, other
+            pre-tokenizer, BPE options tiktoken lacks).
     """
-    total = sum(pc.sum(pc.utf8_length(t["text"])).as_py() or 0
-                for t in partitions.tables(["text"]))
-    threshold = min(1.0, max_chars / total) * _HASH_SPACE if total else 0.0
-    used = 0
-    for table in partitions.tables(["id", "text"]):
-        for doc_id, text in zip(table["id"].to_pylist(), table["text"].to_pylist()):
-            if not text or id_hash(doc_id, seed) >= threshold:
-                continue
-            if used + len(text) > max_chars:
-                return
-            used += len(text)
-            yield text
+
+    kind = "tiktoken"
+
+    def __init__(self, tokenizer, threads: int = 1):
+        import tiktoken
+
+        spec = json.loads(tokenizer.to_str())
+        model, pre = spec.get("model") or {}, spec.get("pre_tokenizer") or {}
+        steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else []
+        if (spec.get("normalizer") is not None or model.get("type") != "BPE"
+                or model.get("dropout") or model.get("ignore_merges") or model.get("byte_fallback")
+                or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix")
+                or len(steps) != 2 or steps[0].get("type") != "Split"
+                or steps[0].get("behavior") != "Isolated" or steps[0].get("invert")
+                or "Regex" not in steps[0].get("pattern", {})
+                or steps[1].get("type") != "ByteLevel" or steps[1].get("use_regex")
+                or steps[1].get("add_prefix_space")):
+            raise ValueError("tokenize: not a Split + ByteLevel byte-level BPE; tiktoken cannot encode it")
+        specials = {t["content"] for t in spec.get("added_tokens", [])}
+        ranks = {}
+        for token, idx in tokenizer.get_vocab(with_added_tokens=False).items():
+            if token in specials:
+                continue  # never produced from text (encode_special_tokens)
+            raw = token_bytes(token)
+            if raw is None:
+                raise ValueError(f"tokenize: token {token!r} is not byte-level")
+            ranks[raw] = idx
+        if len(ranks) < 256:
+            raise ValueError("tokenize: vocabulary lacks some of the 256 byte symbols")
+        self.encoding = tiktoken.Encoding("mindcorpus", pat_str=steps[0]["pattern"]["Regex"],
+                                          mergeable_ranks=ranks, special_tokens={})
+        self.threads = threads
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        if self.threads > 1:
+            return self.encoding.encode_ordinary_batch(texts, num_threads=self.threads)
+        return [self.encoding.encode_ordinary(t) for t in texts]
+
+
+def choose_encoder(tokenizer, check_texts: list[str], threads: int = 1):
+    """The fastest encoder that gives exactly ``tokenizers``' ids on
+    ``check_texts`` (a sample of real documents): tiktoken when it can encode
+    this tokenizer and agrees on every text, else ``tokenizers`` itself.
+
+    Returns:
+        (encoder, facts): facts = {"encoder", "checked_documents",
+        "checked_chars", "why"}.
+    """
+    reference = HFEncoder(tokenizer)
+    facts = {"checked_documents": len(check_texts), "checked_chars": sum(map(len, check_texts))}
+    try:
+        fast = TiktokenEncoder(tokenizer, threads)
+    except (ImportError, ValueError) as err:
+        return reference, {"encoder": "tokenizers", **facts, "why": str(err)}
+    if fast.encode_batch(check_texts) != reference.encode_batch(check_texts):
+        return reference, {"encoder": "tokenizers", **facts, "why": "tiktoken ids differ"}
+    return fast, {"encoder": "tiktoken", **facts, "why": "same ids on the check sample"}
+
+
+def make_encoder(kind: str, tokenizer, threads: int = 1):
+    """Rebuild the encoder ``fit`` chose (``"tiktoken"`` or ``"tokenizers"``)."""
+    return TiktokenEncoder(tokenizer, threads) if kind == "tiktoken" else HFEncoder(tokenizer)
+
+
+# --------------------------------------------------------------------------- sample
+
+def is_heldout(doc_id: str, seed: int, fraction: float) -> bool:
+    """True when the document belongs to the held-out split: a seeded xxh64 of
+    its id (salted, so independent of the training draw) below ``fraction``."""
+    return fraction > 0 and id_hash(doc_id, seed ^ _HELDOUT_SALT) < fraction * _HASH_SPACE
+
+
+def language_column(path: Path) -> str | None:
+    """The column that holds a document's language in a stage partition:
+    ``langid_lang`` when language ID ran, else ``lang_hint``, else None."""
+    names = set(pq.read_schema(path).names)
+    return next((c for c in ("langid_lang", "lang_hint") if c in names), None)
+
+
+def _document_rows(partitions: Partitions, with_text: bool):
+    """Yield (id, source, language, chars[, text]) of each kept document."""
+    for path in partitions.paths:
+        names = set(pq.read_schema(path).names)
+        lang_col = language_column(path)
+        cols = ["id"] + [c for c in ("source", "chars") if c in names] + ([lang_col] if lang_col else [])
+        if with_text or "chars" not in names:
+            cols.append("text")
+        table = read_kept(path, cols)
+        ids = table["id"].to_pylist()
+        n = len(ids)
+        sources = table["source"].to_pylist() if "source" in names else [""] * n
+        langs = table[lang_col].to_pylist() if lang_col else [None] * n
+        texts = table["text"].to_pylist() if "text" in cols else [None] * n
+        chars = (table["chars"].to_pylist() if "chars" in names
+                 else [len(t or "") for t in texts])
+        for i in range(n):
+            row = (ids[i], sources[i] or "", langs[i] or "und", chars[i] or 0)
+            yield (*row, texts[i]) if with_text else row
+
+
+def _group_targets(available: dict[tuple[str, str], int], config: Config) -> dict[tuple[str, str], float]:
+    """Target training characters per (source, language) group; see
+    :func:`training_sample`."""
+    budget = float(config.train_max_chars)
+    lw, sw = config.train_language_weights, config.train_source_weights
+    if lw is None and sw is None:
+        total = sum(available.values())
+        scale = min(1.0, budget / total) if total else 0.0
+        return {g: c * scale for g, c in available.items()}
+    targets: dict[tuple[str, str], float] = {}
+    if lw is not None:
+        langs = {l for _, l in available if lw.get(l, 0) > 0}
+        norm = sum(lw[l] for l in langs)
+        for lang in langs:
+            groups = {g: c * (1.0 if sw is None else sw.get(g[0], 0.0))
+                      for g, c in available.items() if g[1] == lang}
+            mass = sum(groups.values())
+            for g, m in groups.items():
+                targets[g] = budget * lw[lang] / norm * (m / mass if mass else 0.0)
+    else:
+        srcs = {s for s, _ in available if sw.get(s, 0) > 0}
+        norm = sum(sw[s] for s in srcs)
+        for src in srcs:
+            groups = {g: c for g, c in available.items() if g[0] == src}
+            mass = sum(groups.values())
+            for g, c in groups.items():
+                targets[g] = budget * sw[src] / norm * (c / mass if mass else 0.0)
+    return targets
+
+
+def training_sample(partitions: Partitions, config: Config, seed: int, counts: dict | None = None):
+    """Yield a deterministic, bounded, balanced sample of kept texts (str), in
+    partition order, never a held-out document.
+
+    1. One pass over ``id``, ``source``, language and ``chars`` (no text)
+       counts the available characters of each (source, language) group.
+    2. Each group gets a target (:class:`Config` ``train_*_weights``; without
+       weights, every group ``p * available`` with ``p = min(1,
+       train_max_chars / total)``), and each document of a group is drawn when
+       its seeded xxh64 id hash is below ``min(1, target / available)`` (so the
+       draw does not depend on partitioning).
+    3. The second pass streams the drawn texts, skipping a document that would
+       take its group past its target (or the sample past
+       ``train_max_chars``).
+
+    Args:
+        counts: if given, filled with ``{"documents", "chars", "by_language",
+            "by_source", "heldout_documents"}`` as the sample is consumed.
+    """
+    counts = counts if counts is not None else {}
+    counts.update(documents=0, chars=0, by_language={}, by_source={}, heldout_documents=0)
+    available: dict[tuple[str, str], int] = defaultdict(int)
+    for doc_id, source, lang, chars in _document_rows(partitions, with_text=False):
+        if chars and not is_heldout(doc_id, seed, config.heldout_fraction):
+            available[(source, lang)] += chars
+    targets = _group_targets(available, config)
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    total = 0
+    for doc_id, source, lang, _, text in _document_rows(partitions, with_text=True):
+        if not text:
+            continue
+        if is_heldout(doc_id, seed, config.heldout_fraction):
+            counts["heldout_documents"] += 1
+            continue
+        group = (source, lang)
+        target = targets.get(group, 0.0)
+        if target <= 0 or id_hash(doc_id, seed) >= min(1.0, target / available[group]) * _HASH_SPACE:
+            continue
+        n = len(text)
+        if used[group] + n > target or total + n > config.train_max_chars:
+            continue
+        used[group] += n
+        total += n
+        counts["documents"] += 1
+        counts["chars"] += n
+        counts["by_language"][lang] = counts["by_language"].get(lang, 0) + n
+        counts["by_source"][source] = counts["by_source"].get(source, 0) + n
+        yield text
 
 
 def _special_ids(tokenizer, config: Config) -> dict[str, int | None]:
@@ -173,23 +513,44 @@ def _special_ids(tokenizer, config: Config) -> dict[str, int | None]:
             (("pad", config.pad_token), ("eos", config.eos_token), ("bos", config.bos_token))}
 
 
+def _check_sample(partitions: Partitions, max_chars: int = 300_000, max_docs: int = 400) -> list[str]:
+    """The first documents of the stage input (up to ``max_docs`` and
+    ``max_chars`` characters, each document cut to 20,000 characters): the
+    texts on which fit checks that the fast encoder gives the same ids."""
+    out, used = [], 0
+    for table in partitions.tables(["text"]):
+        for text in table["text"].to_pylist():
+            if not text:
+                continue
+            text = text[:20_000]
+            if used + len(text) > max_chars or len(out) >= max_docs:
+                return out
+            out.append(text)
+            used += len(text)
+    return out
+
+
 class TokenizeStage(Stage):
     """Encode each kept document to BPE ids followed by EOS.
 
-    Columns added: ``tokenize_input_ids`` (list<int32>: document tokens then
-    EOS), ``tokenize_num_tokens`` (int32, including EOS).
+    Columns added: ``tokenize_input_ids`` (list<uint16> when the vocabulary
+    has at most 65,536 entries, else list<int32>: document tokens then EOS;
+    see :func:`token_id_dtype`), ``tokenize_num_tokens`` (int32, including EOS).
     """
 
     name = "tokenize"
     Config = Config
 
     def fit(self, partitions: Partitions) -> dict[str, Any]:
-        """Train or load the tokenizer; write ``work_dir/tokenizer.json``.
+        """Train or load the tokenizer; write ``work_dir/tokenizer.json`` and
+        ``work_dir/encoder.json`` (which encoder ``process`` uses).
 
         Returns:
-            ``{"tokenizer_sha256", "vocab_size", "special_token_ids": {pad,
-            eos, bos}, "trained": bool, "training_chars", "training_documents"}``
-            (the last two 0 when loaded).
+            ``{"tokenizer_sha256", "vocab_size", "token_id_dtype",
+            "special_token_ids": {pad, eos, bos}, "trained": bool,
+            "training_chars", "training_documents", "training_chars_by_language",
+            "training_chars_by_source", "heldout_documents", "encoder": {...}}``
+            (training counts 0 / empty when loaded).
 
         Raises:
             FileNotFoundError / ValueError: see :func:`load_tokenizer`.
@@ -197,40 +558,46 @@ class TokenizeStage(Stage):
         config: Config = self.config
         out = Path(self.ctx.work_dir) / TOKENIZER_FILE
         out.parent.mkdir(parents=True, exist_ok=True)
-        chars = docs = 0
+        counts: dict[str, Any] = {"documents": 0, "chars": 0, "by_language": {}, "by_source": {},
+                                  "heldout_documents": 0}
         if config.tokenizer_path is not None:
             tokenizer = load_tokenizer(Path(config.tokenizer_path), config.eos_token)
             shutil.copyfile(config.tokenizer_path, out)
         else:
-            counted = []
-
-            def sample():
-                for text in training_sample(partitions, config.train_max_chars, self.ctx.seed):
-                    counted.append(len(text))
-                    yield text
-
-            tokenizer = train_bpe(sample(), config)
-            chars, docs = sum(counted), len(counted)
+            tokenizer = train_bpe(training_sample(partitions, config, self.ctx.seed, counts), config)
             tmp = out.with_suffix(".json.tmp")
             tokenizer.save(str(tmp))
             tmp.replace(out)
+        _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
+        (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
+        vocab_size = tokenizer.get_vocab_size()
         return {
             "tokenizer_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
-            "vocab_size": tokenizer.get_vocab_size(),
+            "vocab_size": vocab_size,
+            "token_id_dtype": token_id_dtype(vocab_size).name,
             "special_token_ids": _special_ids(tokenizer, config),
             "trained": config.tokenizer_path is None,
-            "training_chars": chars,
-            "training_documents": docs,
+            "training_chars": counts["chars"],
+            "training_documents": counts["documents"],
+            "training_chars_by_language": dict(sorted(counts["by_language"].items())),
+            "training_chars_by_source": dict(sorted(counts["by_source"].items())),
+            "heldout_documents": counts["heldout_documents"],
+            "encoder": encoder_facts,
         }
 
     def _tokenizer(self):
+        """(tokenizer, eos id, encoder, id dtype), loaded once per process."""
         if getattr(self, "_loaded", None) is None:
-            tokenizer = load_tokenizer(Path(self.ctx.work_dir) / TOKENIZER_FILE,
-                                       self.config.eos_token)
-            # Literal "<|endoftext|>" in raw text is encoded as ordinary text,
-            # never as the EOS id (tokenizers >= 0.19).
+            work = Path(self.ctx.work_dir)
+            tokenizer = load_tokenizer(work / TOKENIZER_FILE, self.config.eos_token)
+            # Literal "<|endoftext|>" in raw text is ordinary text, never the EOS id.
             tokenizer.encode_special_tokens = True
-            self._loaded = (tokenizer, tokenizer.token_to_id(self.config.eos_token))
+            kind = "tokenizers"
+            if (work / ENCODER_FILE).exists():
+                kind = json.loads((work / ENCODER_FILE).read_text())["encoder"]
+            encoder = make_encoder(kind, tokenizer, self.config.encode_threads)
+            self._loaded = (tokenizer, tokenizer.token_to_id(self.config.eos_token), encoder,
+                            token_id_dtype(tokenizer.get_vocab_size()))
         return self._loaded
 
     def process(self, table: pa.Table) -> pa.Table:
@@ -239,38 +606,45 @@ class TokenizeStage(Stage):
         A null or empty text gets ``tokenize_num_tokens`` 0, an empty id list,
         and reason ``tokenize.empty``.
         """
-        tokenizer, eos_id = self._tokenizer()
+        _, eos_id, encoder, dtype = self._tokenizer()
         texts = [t or "" for t in table["text"].to_pylist()]
-        ids, reasons = encode_documents(tokenizer, texts, eos_id)
+        ids, reasons = encode_documents(encoder, texts, eos_id, dtype)
         lengths = np.fromiter((len(a) for a in ids), dtype=np.int32, count=len(ids))
         offsets = np.zeros(len(ids) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
-        values = np.concatenate(ids) if ids else np.zeros(0, np.int32)
-        input_ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()))
+        values = np.concatenate(ids) if ids else np.zeros(0, dtype)
+        arrow_type = pa.uint16() if dtype == np.uint16 else pa.int32()
+        input_ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, arrow_type))
         return with_decision(table, {
             "tokenize_input_ids": input_ids,
             "tokenize_num_tokens": pa.array(lengths, pa.int32()),
         }, reasons)
 
 
-def encode_documents(tokenizer, texts: list[str], eos_id: int):
-    """Encode ``texts`` with ``encode_batch`` (no post-processor specials) and
-    append ``eos_id`` to each non-empty result.
+def encode_documents(encoder, texts: list[str], eos_id: int, dtype=np.int32):
+    """Encode ``texts`` (no special tokens from the text) and append ``eos_id``
+    to each non-empty result.
+
+    Args:
+        encoder: an :class:`HFEncoder` / :class:`TiktokenEncoder`, or a bare
+            ``tokenizers.Tokenizer`` (wrapped in :class:`HFEncoder`).
+        dtype: numpy dtype of the returned arrays (:func:`token_id_dtype`).
 
     Returns:
-        (``ids``: list of int32 arrays, one per text, EOS last;
+        (``ids``: list of ``dtype`` arrays, one per text, EOS last;
         ``reasons``: None, or ``tokenize.empty`` with an empty array.)
     """
-    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    if not hasattr(encoder, "kind"):
+        encoder = HFEncoder(encoder)
     ids, reasons = [], []
-    for enc in encodings:
-        if enc.ids:
-            arr = np.empty(len(enc.ids) + 1, dtype=np.int32)
-            arr[:-1] = enc.ids
+    for seq in encoder.encode_batch(texts):
+        if seq:
+            arr = np.empty(len(seq) + 1, dtype=dtype)
+            arr[:-1] = seq
             arr[-1] = eos_id
             ids.append(arr)
             reasons.append(None)
         else:
-            ids.append(np.zeros(0, np.int32))
+            ids.append(np.zeros(0, dtype))
             reasons.append(REASON_EMPTY)
     return ids, reasons

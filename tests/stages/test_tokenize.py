@@ -12,7 +12,16 @@ import pydantic
 import pytest
 
 from stages.base import Partitions, StageContext
-from stages.tokenize import Config, TokenizeStage
+from stages.tokenize import (
+    Config,
+    TiktokenEncoder,
+    TokenizeStage,
+    build_trainable_tokenizer,
+    is_heldout,
+    token_bytes,
+    token_id_dtype,
+    train_bpe,
+)
 
 # A small multilingual training corpus (Chinese without spaces, full-width
 # punctuation, German, English, Python); numbered so documents differ.
@@ -69,8 +78,13 @@ def test_special_token_ids_and_facts(trained):
     assert facts["special_token_ids"] == {"pad": 0, "eos": 1, "bos": 2}
     raw = (stage.ctx.work_dir / "tokenizer.json").read_bytes()
     assert facts["tokenizer_sha256"] == hashlib.sha256(raw).hexdigest()
-    assert facts["training_chars"] == sum(len(t) for t in _corpus())
-    assert facts["training_documents"] == 60
+    # Every document not in the held-out split (2%, by seeded id hash) trains.
+    train = [t for i, t in enumerate(_corpus()) if not is_heldout(f"src:f:{i}", 0, 0.02)]
+    assert len(train) < 60 and facts["heldout_documents"] == 60 - len(train)
+    assert facts["training_chars"] == sum(len(t) for t in train)
+    assert facts["training_documents"] == len(train)
+    assert facts["token_id_dtype"] == "uint16"
+    assert facts["encoder"]["encoder"] == "tiktoken"
     assert facts["trained"] is True
     # 3 special tokens + 256 byte symbols + at least one merge.
     assert facts["vocab_size"] > 259
@@ -84,7 +98,7 @@ def test_special_token_ids_and_facts(trained):
 ])
 def test_round_trip_without_unknown_tokens(trained, text):
     stage, facts, _ = trained
-    tokenizer, eos_id = stage._tokenizer()
+    tokenizer, eos_id, _, _ = stage._tokenizer()
     ids = tokenizer.encode(text).ids
     assert tokenizer.decode(ids) == text
     assert tokenizer.model.unk_token is None
@@ -98,7 +112,7 @@ def test_literal_special_token_strings_are_plain_text(trained):
     ids = out["tokenize_input_ids"][0].as_py()
     assert ids[-1] == 1
     assert ids[:-1].count(1) == 0 and 0 not in ids and 2 not in ids
-    tokenizer, _ = stage._tokenizer()
+    tokenizer, _, _, _ = stage._tokenizer()
     assert tokenizer.decode(ids[:-1]) == "end <|endoftext|> pad <|pad|> bos <|bos|>"
 
 
@@ -108,7 +122,7 @@ def test_known_token_count(tmp_path):
     stage = _stage(tmp_path, "w", vocab_size=300)
     stage.fit(_write_partitions(tmp_path, ["hello hello hello"] * 20, []))
     out = stage.process(_table(["hello hello 123", "价"]))
-    tokenizer, _ = stage._tokenizer()
+    tokenizer, _, _, _ = stage._tokenizer()
     first = out["tokenize_input_ids"][0].as_py()
     assert [tokenizer.id_to_token(i) for i in first] == [
         "hello", "Ġhello", "Ġ", "1", "2", "3", "<|endoftext|>"]
@@ -119,7 +133,7 @@ def test_known_token_count(tmp_path):
 def test_columns_types_and_empty(trained):
     stage, _, _ = trained
     out = stage.process(_table(["我们今天去北京", "", None]))
-    assert out.schema.field("tokenize_input_ids").type == pa.list_(pa.int32())
+    assert out.schema.field("tokenize_input_ids").type == pa.list_(pa.uint16())
     assert out.schema.field("tokenize_num_tokens").type == pa.int32()
     n = out["tokenize_num_tokens"].to_pylist()
     assert n[0] == len(out["tokenize_input_ids"][0].as_py()) and n[0] >= 2
@@ -174,3 +188,93 @@ def test_config_rejects_unknown_keys_and_clashing_specials():
         Config(vocab=100)
     with pytest.raises(pydantic.ValidationError):
         Config(eos_token="<|pad|>")
+
+
+def test_long_unpunctuated_chinese_line_respects_max_token_length(tmp_path):
+    # 2,000 Chinese characters without punctuation, as one training line.
+    line = ("我们今天去北京看天安门然后吃烤鸭" * 125)[:2000]
+    assert len(line) == 2000
+    config = Config(vocab_size=400, max_token_length=9, min_frequency=2)
+    tokenizer = train_bpe([line] * 3, config)
+    specials = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    lengths = [len(token_bytes(t)) for t in tokenizer.get_vocab() if t not in specials]
+    assert 6 <= max(lengths) <= 9  # 2-3 CJK characters: never past the cap
+    assert len(lengths) > 256 + 20  # merges happened
+    ids = tokenizer.encode(line).ids
+    assert tokenizer.decode(ids) == line
+    # CJK runs are cut into pre-tokens of at most cjk_max_run (16) characters.
+    pieces = tokenizer.pre_tokenizer.pre_tokenize_str("中" * 40 + "abc数据123")
+    assert [len(p) for p, _ in pieces] == [48, 48, 24, 3, 6, 1, 1, 1]  # byte-level strings
+
+
+def test_tiktoken_encoder_matches_tokenizers(trained):
+    stage, _, _ = trained
+    tokenizer, _, encoder, _ = stage._tokenizer()
+    assert isinstance(encoder, TiktokenEncoder)
+    texts = ["价格：１２３元", "a   b\n\tc", "  def f(x):\n        return x_1  \n\n", "😀👍🏽 ok",
+             "\U00020000\U0002A6D6字", "end <|endoftext|>x", " <|pad|> ", "Ünïcödé naïve café's",
+             "我们今天去北京，天气很好。" * 5, "\r\n\r\n\t \u3000全角　空格", ""]
+    assert encoder.encode_batch(texts) == [e.ids for e in tokenizer.encode_batch(texts)]
+
+
+@pytest.mark.parametrize("vocab_size,dtype", [(16384, "uint16"), (65536, "uint16"),
+                                              (65537, "int32"), (131072, "int32")])
+def test_token_id_dtype_follows_vocab_size(vocab_size, dtype):
+    assert token_id_dtype(vocab_size).name == dtype
+
+
+def test_process_stores_uint16_ids(trained):
+    stage, _, _ = trained
+    out = stage.process(_table(["数据 data"]))
+    assert out.schema.field("tokenize_input_ids").type == pa.list_(pa.uint16())
+
+
+def test_language_weights_balance_the_sample(tmp_path):
+    # 40 zh documents and 40 en documents of 100 characters each; ask for 3:1.
+    texts = ["中" * 100] * 40 + ["e" * 100] * 40
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({
+        "id": [f"s:f:{i}" for i in range(80)], "source": ["s"] * 80, "text": texts,
+        "chars": pa.array([100] * 80, pa.int64()),
+        "langid_lang": ["zh"] * 40 + ["en"] * 40, "keep": [True] * 80}), path)
+    parts = Partitions([path], mapper=lambda fn, items: [fn(i) for i in items])
+    stage = _stage(tmp_path, "bal", vocab_size=300, train_max_chars=2000, heldout_fraction=0.0,
+                   train_language_weights={"zh": 3, "en": 1})
+    facts = stage.fit(parts)
+    by_lang = facts["training_chars_by_language"]
+    # Targets: zh 1500, en 500 characters; whole 100-character documents only.
+    assert 1000 <= by_lang["zh"] <= 1500 and 200 <= by_lang["en"] <= 500
+    assert by_lang["zh"] > 2 * by_lang["en"]
+    # A language left out of the weights does not train at all.
+    only_zh = _stage(tmp_path, "bal2", vocab_size=300, train_max_chars=2000, heldout_fraction=0.0,
+                     train_language_weights={"zh": 1}).fit(parts)
+    assert set(only_zh["training_chars_by_language"]) == {"zh"}
+
+
+def test_nfkc_policy_applies_at_training_and_encoding():
+    tokenizer = build_trainable_tokenizer(Config(normalization="nfkc"))
+    assert tokenizer.normalizer is not None
+    trained = train_bpe(["价格：123元 " * 50], Config(vocab_size=300, normalization="nfkc"))
+    assert trained.encode("价格：１２３元").ids == trained.encode("价格:123元").ids
+    # The default policy keeps full-width forms: exact round trip.
+    assert build_trainable_tokenizer(Config()).normalizer is None
+
+
+def test_reserved_special_tokens(tmp_path):
+    tokenizer = train_bpe(["hello world"] * 10, Config(vocab_size=300, num_reserved_tokens=2))
+    assert [tokenizer.token_to_id(t) for t in
+            ("<|pad|>", "<|endoftext|>", "<|bos|>", "<|reserved_0|>", "<|reserved_1|>")] == [0, 1, 2, 3, 4]
+
+
+def test_transformers_loads_the_tokenizer(trained):
+    transformers = pytest.importorskip("transformers")
+    stage, _, _ = trained
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(stage.ctx.work_dir / "tokenizer.json"),
+        eos_token="<|endoftext|>", pad_token="<|pad|>", bos_token="<|bos|>")
+    assert (fast.pad_token_id, fast.eos_token_id, fast.bos_token_id) == (0, 1, 2)
+    tokenizer, _, _, _ = stage._tokenizer()
+    text = "价格：１２３元 data"
+    ids = fast(text, add_special_tokens=False)["input_ids"]
+    assert ids == tokenizer.encode(text).ids
+    assert fast.decode(ids) == text
