@@ -219,6 +219,21 @@ def make_lineage_version(root: Path, num_samples: int, mean_doc_tokens: int = 80
     return vdir
 
 
+def ensure_excerpts(vdir: Path) -> None:
+    """Write ``excerpts.parquet`` (id, first 200 characters) from
+    documents.parquet as a build does, if a cached synthetic version lacks it."""
+    out = vdir / "excerpts.parquet"
+    if out.exists():
+        return
+    source = pq.ParquetFile(vdir / "documents.parquet")
+    schema = pa.schema([("id", pa.string()), ("text_excerpt", pa.string())])
+    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        for batch in source.iter_batches(batch_size=65536, columns=["id", "text"]):
+            writer.write_table(pa.table({"id": batch.column("id"),
+                                         "text_excerpt": pc.utf8_slice_codeunits(batch.column("text"), 0, 200)}),
+                               row_group_size=1024)
+
+
 def bench_lineage(vdir: Path, lookups: int = 5, global_batch: int = 512, dp_size: int = 8) -> dict:
     from pipeline.lineage import lineage_for_document, lineage_for_step
 

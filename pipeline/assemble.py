@@ -191,6 +191,9 @@ def assemble(cfg, docs: pa.Table, tmp: Path, log, pad_id: int = 0,
 
     keep_cols = [c for c in docs.column_names if c not in ("tokenize_input_ids", KEEP, REASON)]
     pq.write_table(docs.select(keep_cols), tmp / "documents.parquet", compression="zstd", row_group_size=8192)
+    # The lineage lookup's text index: id -> first 200 characters, small row groups.
+    excerpts = pa.table({"id": docs["id"], "text_excerpt": pc.utf8_slice_codeunits(docs["text"], 0, 200)})
+    pq.write_table(excerpts, tmp / "excerpts.parquet", compression="zstd", row_group_size=1024)
 
     meta = segments.schema.metadata
     total_tokens = int(sum(len(a) * int(r) for a, r in zip(token_arrays, repeats)))

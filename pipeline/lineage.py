@@ -31,6 +31,9 @@ from pipeline.order import check_dp, num_steps, rank_samples
 LINEAGE = "lineage.parquet"
 LINEAGE_BY_DOC = "lineage_by_doc.parquet"
 DOCUMENTS = "documents.parquet"
+# id -> first EXCERPT_CHARS characters, sorted by id in small row groups.
+EXCERPTS = "excerpts.parquet"
+EXCERPT_CHARS = 200
 SEGMENT_COLUMNS = (
     "segment", "doc_id", "source", "file", "line", "repeat",
     "doc_token_start", "doc_token_end", "sample_token_start", "sample_token_end",
@@ -49,17 +52,25 @@ DEFAULT_TEXT_CHARS = 200
 def row_groups_for(parquet: pq.ParquetFile, column: str, low: Any, high: Any) -> list[int]:
     """Row groups of ``parquet`` whose min/max statistics of ``column`` overlap
     ``[low, high]`` (inclusive); a group without statistics is always included.
-    Reads only the footer (already parsed by ``pq.ParquetFile``)."""
-    index = parquet.schema_arrow.get_field_index(column)
-    if index < 0:
-        raise KeyError(f"{parquet}: no column {column!r}")
-    metadata = parquet.metadata
-    groups = []
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(index).statistics
-        if stats is None or not stats.has_min_max or (stats.min <= high and stats.max >= low):
-            groups.append(group)
-    return groups
+    Reads only the footer (already parsed by ``pq.ParquetFile``); the
+    statistics are gathered once per file object."""
+    cache = _STATS.get(id(parquet))
+    if cache is None or cache[0] is not parquet or cache[1] != column:
+        index = parquet.schema_arrow.get_field_index(column)
+        if index < 0:
+            raise KeyError(f"{parquet}: no column {column!r}")
+        metadata = parquet.metadata
+        bounds = []
+        for group in range(metadata.num_row_groups):
+            stats = metadata.row_group(group).column(index).statistics
+            bounds.append((stats.min, stats.max) if stats is not None and stats.has_min_max else None)
+        cache = (parquet, column, bounds)
+        _STATS.clear()
+        _STATS[id(parquet)] = cache
+    return [g for g, b in enumerate(cache[2]) if b is None or (b[0] <= high and b[1] >= low)]
+
+
+_STATS: dict[int, tuple] = {}
 
 
 def _read_groups(parquet: pq.ParquetFile, groups: list[int], columns: list[str], schema=None) -> pa.Table:
@@ -112,10 +123,17 @@ def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CH
         FileNotFoundError: no such file.
         ValueError: an id is not in the file (lineage and documents disagree).
     """
+    excerpts = Path(path).with_name(EXCERPTS)
+    if not columns and 0 < text_chars <= EXCERPT_CHARS and excerpts.is_file():
+        # Only text wanted: the narrow excerpt index (small row groups) beats
+        # decoding whole documents.parquet row groups (~10x on 10M samples).
+        path, text_column = excerpts, "text_excerpt"
+    else:
+        text_column = "text"
     parquet = pq.ParquetFile(path)
     present = set(parquet.schema_arrow.names)
-    with_text = text_chars > 0 and "text" in present
-    columns = ["id", *(c for c in columns if c in present), *(["text"] if with_text else [])]
+    with_text = text_chars > 0 and text_column in present
+    columns = ["id", *(c for c in columns if c in present), *([text_column] if with_text else [])]
     wanted_ids = sorted(set(ids))
     wanted = pa.array(wanted_ids, pa.string())
     groups = set()
@@ -125,8 +143,8 @@ def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CH
     rows = _read_groups(parquet, sorted(groups), columns)
     rows = rows.filter(pc.is_in(rows["id"], value_set=wanted))
     if with_text:
-        excerpt = pc.utf8_slice_codeunits(rows["text"], 0, text_chars)
-        rows = rows.drop_columns(["text"]).append_column("text_excerpt", excerpt)
+        excerpt = pc.utf8_slice_codeunits(rows[text_column], 0, text_chars)
+        rows = rows.drop_columns([text_column]).append_column("text_excerpt", excerpt)
     for row in rows.to_pylist():
         found.setdefault(row["id"], row)
     missing = [i for i in wanted_ids if i not in found]
