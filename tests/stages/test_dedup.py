@@ -14,7 +14,7 @@ import pydantic
 import pytest
 from datasketch import MinHash
 
-from stages import dedup
+from stages import dedup, dedup_phases
 from stages.base import Partitions, StageContext
 from stages.dedup import Config, DedupStage
 
@@ -35,6 +35,12 @@ ZH_B = (
 )
 
 
+def _opencc(config: str):
+    import opencc
+
+    return opencc.OpenCC(config)
+
+
 def _write(path: Path, rows: list[dict]) -> Path:
     """One partition: base columns, langid_lang and keep, as a stage gets them."""
     n = len(rows)
@@ -47,6 +53,8 @@ def _write(path: Path, rows: list[dict]) -> Path:
         "meta": pa.array(["{}"] * n, pa.string()),
         "lang_hint": pa.array([None] * n, pa.string()),
         "langid_lang": pa.array([r.get("lang") for r in rows], pa.string()),
+        "perplexity_value": pa.array([r.get("ppl") for r in rows], pa.float64()),
+        "chars": pa.array([len(r["text"]) for r in rows], pa.int64()),
         "keep": pa.array([r.get("keep", True) for r in rows], pa.bool_()),
     })
     pq.write_table(table, path)
@@ -287,16 +295,152 @@ def test_batched_ngram_hashes_equal_single_document():
     assert len(set(hashes.tolist())) == 6
 
 
-def test_worker_process_signatures_equal_main_process(tmp_path):
-    path = _write(tmp_path / "part.parquet", [
-        {"id": "1", "text": ZH_A, "lang": "zh"}, {"id": "2", "text": "cat", "lang": "en"},
-        {"id": "3", "text": "The quick brown fox jumps over the lazy dog again.", "lang": None},
-        {"id": "4", "text": "...", "lang": None}])
-    item = (str(path), Config().model_dump(), np.arange(4))
-    rows, signatures = dedup.partition_signatures(item)
-    assert rows.tolist() == [0, 1, 2]  # "..." is empty after normalization
-    assert signatures.shape == (3, 112) and signatures.dtype == np.uint32
+def test_worker_process_signatures_equal_main_process():
+    hant = _opencc("s2twp").convert(ZH_B)
+    texts = [ZH_A, "cat", "The quick brown fox jumps over the lazy dog again.", "...", hant]
+    langs = ["zh", "en", None, None, "zh"]
+    cfg = Config().model_dump()
+    positions, signatures = dedup.document_signatures(texts, langs, cfg)
+    assert positions.tolist() == [0, 1, 2, 4]  # "..." is empty after normalization
+    assert signatures.shape == (4, 112) and signatures.dtype == np.uint32
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        worker_rows, worker_signatures = pool.submit(dedup.partition_signatures, item).result()
-    np.testing.assert_array_equal(worker_rows, rows)
+        worker_positions, worker_signatures = pool.submit(dedup.document_signatures, texts, langs, cfg).result()
+    np.testing.assert_array_equal(worker_positions, positions)
     np.testing.assert_array_equal(worker_signatures, signatures)
+
+
+# ----------------------------------------------------------------------------- script folding
+
+
+def test_traditional_twin_caught_only_with_script_folding(tmp_path):
+    hant = _opencc("s2twp").convert(ZH_A)
+    assert hant != ZH_A and len(hant) == len(ZH_A)
+    folded = dedup.fold_script([dedup.near_normalize(dedup.exact_normalize(hant))], "tw2sp")[0]
+    assert folded == dedup.near_normalize(dedup.exact_normalize(ZH_A))
+    rows = [{"id": "zh_CN:1", "text": ZH_A, "lang": "zh"}, {"id": "zh_TW:1", "text": hant, "lang": "zh"},
+            {"id": "zh:b", "text": ZH_B, "lang": "zh"}]
+    _, out = _run(tmp_path / "none", [rows], fold_chinese_script="none")
+    assert _kept(out) == {"zh_CN:1", "zh_TW:1", "zh:b"}
+    _, out = _run(tmp_path / "tw2sp", [rows])  # the default
+    assert _kept(out) == {"zh_CN:1", "zh:b"}  # equal length: smallest id
+    assert (_row(out, "zh_TW:1")["reason"], _row(out, "zh_TW:1")["dedup_similarity"]) == \
+        ("dedup.near_duplicate", 1.0)
+
+
+def test_japanese_is_not_folded():
+    text = "学習資料の検証"  # 習/資/検/証 are Japanese forms; tw2sp would change them
+    assert dedup.fold_script([text], "tw2sp")[0] != text
+    _, jp = dedup.document_signatures([text], ["ja"], Config().model_dump())
+    _, jp_none = dedup.document_signatures([text], ["ja"], Config(fold_chinese_script="none").model_dump())
+    np.testing.assert_array_equal(jp, jp_none)
+
+
+# ----------------------------------------------------------------------------- lines
+
+
+HEADER = "Header line 12 of this manual that is long enough to count"
+
+
+def test_line_dedup_removes_repeated_lines_and_drops_empty_documents(tmp_path):
+    a = HEADER + "\nThe unique body of document A, which is the longest one here by far.\nok"
+    b = "header LINE 34 of this manual, that is long enough to count!\nThe body of B is different."
+    c = HEADER + "\n\n  "
+    code = HEADER + "\nimport os\nfor item in os.listdir('.'):\n    print(item, len(item), item.upper())"
+    facts, out = _run(tmp_path, [[{"id": "a", "text": a, "lang": "en"}, {"id": "b", "text": b, "lang": "en"}],
+                                 [{"id": "c", "text": c, "lang": "en"},
+                                  {"id": "d", "text": code, "lang": "code"}]], line_dedup=True)
+    assert dedup.line_normalize(b.split("\n")[0]) == dedup.line_normalize(HEADER)
+    assert _kept(out) == {"a", "b", "d"}
+    row_a, row_b, row_c, row_d = (_row(out, k) for k in "abcd")
+    assert (row_a["text"], row_a["dedup_lines_removed"]) == (a, 0)  # the longest owns the line
+    assert row_b["text"] == "The body of B is different."
+    assert row_b["chars"] == len("The body of B is different.")
+    assert (row_b["dedup_lines_removed"], row_b["dedup_chars_removed"]) == (1, len(b.split("\n")[0]) + 1)
+    assert row_c["reason"] == "dedup.duplicate_lines" and row_c["text"] == c  # dropped whole, text kept
+    assert (row_d["text"], row_d["dedup_lines_removed"]) == (code, 0)  # code never loses lines
+    assert facts["lines_removed"] == 2 and facts["lines_considered"] == 4  # b's body is < 30
+
+
+def test_line_dedup_off_leaves_text_and_null_columns(tmp_path):
+    _, out = _run(tmp_path, [[{"id": "a", "text": HEADER + "\nx", "lang": "en"},
+                              {"id": "b", "text": HEADER + "\ny", "lang": "en"}]], near=False)
+    assert _kept(out) == {"a", "b"}
+    assert out["dedup_lines_removed"].null_count == 2 and out["text"].to_pylist() == [HEADER + "\nx",
+                                                                                   HEADER + "\ny"]
+
+
+# ----------------------------------------------------------------------------- keeper rule, bounded memory
+
+
+def test_keep_lowest_perplexity(tmp_path):
+    rows = [{"id": "a", "text": "Same text here.  ", "lang": "en", "ppl": 900.0},
+            {"id": "b", "text": "same text here.", "lang": "en", "ppl": 150.0},
+            {"id": "c", "text": "Same text here.", "lang": "en", "ppl": None}]
+    _, out = _run(tmp_path / "ppl", [rows], keep="lowest_perplexity")
+    assert _kept(out) == {"b"}
+    _, out = _run(tmp_path / "long", [rows])
+    assert _kept(out) == {"a"}  # longest raw text
+
+
+def _mixed_rows() -> list[list[dict]]:
+    docs = _chain_documents()
+    rows = [{"id": k, "text": v, "lang": "en"} for k, v in docs.items()]
+    rows += [{"id": "zh:1", "text": ZH_A, "lang": "zh"}, {"id": "zh:2", "text": ZH_A[:150] + "江" + ZH_A[151:],
+                                                          "lang": "zh"},
+             {"id": "zh:3", "text": ZH_A, "lang": "zh"}, {"id": "zh:b", "text": ZH_B, "lang": None}]
+    rows += [{"id": f"f{i}", "text": HEADER + f"\nfiller document {i} " * (i + 1), "lang": "en"} for i in range(8)]
+    return [rows[:6], rows[6:11], rows[11:]]
+
+
+def test_many_spill_groups_give_the_same_result(tmp_path, monkeypatch):
+    config = {"num_bands": 16, "rows_per_band": 2, "jaccard_threshold": 0.5, "line_dedup": True}
+    facts_one, out_one = _run(tmp_path / "one", _mixed_rows(), **config)
+    for name, per_group in (("ID_RECORDS_PER_GROUP", 4), ("EXACT_RECORDS_PER_GROUP", 3),
+                            ("BAND_RECORDS_PER_GROUP", 40), ("LINE_RECORDS_PER_GROUP", 4)):
+        monkeypatch.setattr(dedup_phases, name, per_group)
+    facts_many, out_many = _run(tmp_path / "many", _mixed_rows(), **config)
+    assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1}
+    assert facts_many["spill_groups"]["bands"] == 15 * 16 // 40 and facts_many["spill_groups"]["exact"] == 5
+    assert (tmp_path / "one/work/removed.parquet").read_bytes() == (tmp_path / "many/work/removed.parquet").read_bytes()
+    assert out_one.drop_columns(["file"]).equals(out_many.drop_columns(["file"]))
+    drop = {k: v for k, v in facts_one.items() if k != "spill_groups"}
+    assert drop == {k: v for k, v in facts_many.items() if k != "spill_groups"}
+    assert _row(out_one, "zh:3")["dedup_cluster"] == "zh:1" and _row(out_one, "zh:2")["dedup_cluster"] == "zh:1"
+    assert not (tmp_path / "one/work/spill").exists()  # spill and signatures are deleted after fit
+
+
+def test_bucket_pairs_all_pairs_small_star_and_chain_large():
+    small = np.array([5, 7, 9])
+    large = np.arange(100, 170)  # 70 members > ALL_PAIRS_MAX_BUCKET
+    handles = np.concatenate([small, large, [1000]])
+    starts = np.array([0, 3, 73, 74])
+    pairs = dedup_phases.bucket_pairs(handles, starts)
+    as_set = {tuple(p) for p in pairs.tolist()}
+    assert {(5, 7), (5, 9), (7, 9)} <= as_set
+    assert len(pairs) == 3 + (69 + 68)  # star to the first + chain of successors
+    assert (100, 169) in as_set and (150, 151) in as_set and (150, 160) not in as_set
+
+
+def test_band_keys_equal_only_where_band_values_equal():
+    a = np.arange(12, dtype=np.uint32)
+    b = a.copy()
+    b[5] += 1  # band 1 of 3 x 4 differs
+    keys = dedup.band_keys(np.stack([a, b]), 3, 4)
+    assert keys.dtype == np.uint64 and keys.shape == (2, 3)
+    assert (keys[0] == keys[1]).tolist() == [True, False, True]
+    assert len(set(keys[0].tolist())) == 3  # the band index is mixed in
+
+
+def test_fit_facts_record_hashing_and_s_curve(tmp_path):
+    facts, _ = _run(tmp_path, [[{"id": "a", "text": "cat", "lang": "en"}]])
+    assert (facts["seed"], facts["num_perm"], facts["ngram_words"], facts["ngram_chars"]) == (1, 112, 5, 5)
+    assert facts["shingle_hash"].startswith("poly64-fmix64-32") and facts["exact_hash"].startswith("blake2b-128")
+    assert len(facts["s_curve"]) == 21 and facts["s_curve"][16] == [0.8, 0.9235]
+    assert facts["candidate_probability_at_threshold"] == 0.9235
+
+
+def test_batch_normalization_equals_single_document():
+    texts = ["Hello, World!  (a_b) ©2024 +x 😀", "你好，世界。「测试」", "a\u2028b\x1cc\x85d\u00a0e\u3000f",
+             "ＡＢＣ ß ﬁ", "", "...", " x\t\ny "]
+    assert dedup.near_normalize_batch(texts) == [dedup.near_normalize(dedup.exact_normalize(t)) for t in texts]
+    assert dedup.line_normalize("Page 12 of 40.") == "page 00 of 00"
