@@ -232,8 +232,9 @@ def test_crashed_build_resumes_without_redoing_finished_stages(tiny, monkeypatch
     with pytest.raises(RuntimeError, match="simulated crash"):
         build("r1", tiny["root"] / "tiny.yaml", tiny["corpora"], num_workers=1, log=lambda m: None)
     assert not (tiny["corpora"] / "r1").exists()
-    work = tiny["corpora"] / ".work" / "r1" / "tokenize"
-    assert len(list(work.glob("part-*.parquet"))) == 1  # the first partition finished
+    work = tiny["corpora"] / ".work" / "r1"
+    # the failing partition's siblings all finished (a failure loses no other work)
+    assert len(list((work / "tokenize").glob("part-*.parquet"))) == len(list((work / "dedup").glob("part-*.parquet"))) - 1
     monkeypatch.setattr(stages.tokenize.TokenizeStage, "process", real)
 
     lines = []
@@ -243,3 +244,98 @@ def test_crashed_build_resumes_without_redoing_finished_stages(tiny, monkeypatch
     a, b = without_run_facts(tiny["result"].manifest), without_run_facts(resumed.manifest)
     a.pop("version"), b.pop("version")
     assert a == b
+
+
+def test_killed_build_resumes_to_the_same_bytes(tiny):
+    """SIGKILL the build at three points in turn (after the first ingest file,
+    after one heuristics partition, after two tokenize partitions, and just
+    before publishing); each re-run resumes, the last one publishes a version
+    equal to the uninterrupted build."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "pipeline", "build", "--version", "k1", "--config",
+           str(tiny["root"] / "tiny.yaml"), "--corpora-root", str(tiny["corpora"])]
+    log = tiny["root"] / "k1.log"
+    heartbeat = tiny["corpora"] / ".work" / "k1" / "heartbeat.json"
+
+    def run(env: dict) -> int:
+        # Output to a file, not a pipe: a pipe stays open while any descendant
+        # holds it, which would make this wait on more than the build itself.
+        with open(log, "w") as fh:
+            proc = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO_ROOT, timeout=480)
+        return proc.returncode
+
+    base_env = {k: v for k, v in os.environ.items() if k != "MINDCORPUS_CRASH_AFTER"}
+    for point in ("ingest:1", "heuristics:1", "tokenize:2", "assemble:0"):
+        code = run({**base_env, "MINDCORPUS_CRASH_AFTER": point})
+        beat = heartbeat.read_text() if heartbeat.exists() else "no heartbeat"
+        assert code == -signal.SIGKILL, (point, code, beat, log.read_text()[-2000:])
+        assert not (tiny["corpora"] / "k1").exists()
+    assert run(base_env) == 0, log.read_text()[-2000:]
+    assert "done in an earlier run" in log.read_text()
+    resumed = json.loads((tiny["corpora"] / "k1" / "manifest.json").read_text())
+    a, b = without_run_facts(tiny["result"].manifest), without_run_facts(resumed)
+    assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
+    a.pop("version"), b.pop("version")
+    assert a == b
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _render_dom(page: Path, tmp_path: Path) -> tuple[str, str]:
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium)")
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium'}", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, proc.stderr
+
+
+def test_report_page_loads_in_a_browser_and_shows_the_manifest_funnel(tiny, tmp_path):
+    import re
+
+    from pipeline.report import funnel
+
+    vdir = tiny["result"].version_dir
+    dom, log = _render_dom(vdir / "report.html", tmp_path)
+    assert 'data-ready="1"' in dom  # the page's script ran to its end
+    console = [line for line in log.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+    assert "http://" not in (vdir / "report.html").read_text() .replace("http://www.w3.org", "")
+    shown = {(m[1], m[2]): m[3] for m in re.finditer(
+        r'data-version="t1" data-stage="([a-z]+)" data-field="(documents|chars|tokens)">([^<]*)<', dom)}
+    manifest = tiny["result"].manifest
+    expected = funnel(manifest)
+    assert len(shown) == 3 * len(expected)
+    for row in expected:
+        for field in ("documents", "chars", "tokens"):
+            value = row[field]
+            assert shown[(row["stage"], field)] == ("–" if value is None else f"{value:,}"), (row["stage"], field)
+    tot = manifest["stages"]["heuristics"]["totals"]
+    assert shown[("heuristics", "documents")] == f"{tot['kept']:,}"
+    assert shown[("ingest", "documents")] == f"{manifest['accounting']['documents_in'] - manifest['accounting']['quarantined']:,}"
+
+
+def test_report_with_compare_shows_both_versions(tiny, tmp_path):
+    from pipeline.report import write_report
+
+    other = tiny["corpora"] / "t2"
+    if not other.exists():
+        build("t2", tiny["root"] / "tiny.yaml", tiny["corpora"], num_workers=1, log=lambda m: None)
+    page = write_report(tiny["result"].version_dir, other, tmp_path / "cmp.html")
+    dom, _ = _render_dom(page, tmp_path)
+    for version in ("t1", "t2"):
+        assert f'data-version="{version}" data-stage="mixture" data-field="documents"' in dom
+    assert "corpus t1 vs t2" in dom
