@@ -226,7 +226,8 @@ class DedupStage(Stage):
                 {**base, "path": p, "partition": i, "band_groups": groups["bands"], "skip": skip[i],
                  "signatures": str(signature_dir)} for i, p in enumerate(paths)])
             signed, empty = sum(s["signed"] for s in signs), sum(s["empty"] for s in signs)
-            edges, _, candidates = phases.near_duplicate_edges(spill, groups["bands"], signature_dir, cfg)
+            edges, _, candidates = phases.near_duplicate_edges(spill, groups["bands"], signature_dir, cfg,
+                                                               mapper=partitions.map)
             n_edges = len(edges)
             near = phases.near_clusters(edges, paths, signature_dir, cfg)
         removed = phases.removed_table(exact, near)

@@ -374,14 +374,54 @@ def bucket_pairs(handles: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.unique(pairs, axis=0) if len(pairs) else pairs
 
 
-def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dict[str, Any]
-                         ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Driver: LSH candidates from the band spill, verified on full signatures.
+def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Worker: LSH candidates of one band spill group, verified on full signatures.
 
-    For each spill group: sort the band records by (band, key, g); records
-    with equal (band, key) are a bucket; bucket pairs (:func:`bucket_pairs`)
-    are verified: an edge when at least ``ceil(jaccard_threshold *
-    num_perm)`` signature values agree.
+    Sorts the group's band records by (band, key, g); records with equal
+    (band, key) are a bucket; bucket pairs (:func:`bucket_pairs`) become edges
+    when at least ``ceil(jaccard_threshold * num_perm)`` signature values agree.
+
+    Args:
+        task: ``spill`` (spill dir), ``group`` (index), ``signatures`` (dir),
+            ``cfg`` (the dedup config as a dict).
+
+    Returns:
+        (candidate pairs int64[C, 2], edges int64[E, 2], agreements int64[E]).
+    """
+    cfg = task["cfg"]
+    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
+    needed = int(np.ceil(cfg["jaccard_threshold"] * num_perm - 1e-9))
+    empty = (np.empty((0, 2), np.int64), np.empty((0, 2), np.int64), np.empty(0, np.int64))
+    table = read_spill(Path(task["spill"]) / "bands", task["group"])
+    if table is None:
+        return empty
+    band, key, g = (table[c].to_numpy() for c in ("band", "key", "g"))
+    del table
+    order = np.lexsort((g, key, band))
+    band, key, g = band[order], key[order], g[order]
+    change = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
+    starts = np.flatnonzero(np.r_[True, change, True])
+    pairs = bucket_pairs(g, starts)
+    del band, key, g, order
+    if not len(pairs):
+        return empty
+    nodes = np.unique(pairs)
+    signatures = load_signatures(Path(task["signatures"]), nodes, num_perm)
+    a, b = np.searchsorted(nodes, pairs[:, 0]), np.searchsorted(nodes, pairs[:, 1])
+    agree = np.concatenate([np.count_nonzero(signatures[a[s:s + _VERIFY_CHUNK]] ==
+                                             signatures[b[s:s + _VERIFY_CHUNK]], axis=1)
+                            for s in range(0, len(pairs), _VERIFY_CHUNK)])
+    return pairs, pairs[agree >= needed], agree[agree >= needed].astype(np.int64)
+
+
+def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dict[str, Any],
+                         mapper=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Driver: the verified near-duplicate edges of all band spill groups.
+
+    Each group is independent (:func:`band_group_edges`), so ``mapper``
+    (``Partitions.map``: the local pool or Ray) runs them in parallel — the
+    global dedup phase distributed by band partition. Without a mapper the
+    groups run here, one at a time.
 
     Returns:
         ``(edges int64[E, 2], similarity float64[E], candidate_pairs)``:
@@ -389,36 +429,17 @@ def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dic
         distinct candidate pairs. Independent of input order.
     """
     num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    needed = int(np.ceil(cfg["jaccard_threshold"] * num_perm - 1e-9))
-    candidates, edges, agreements = [], [], []
-    for k in range(groups):
-        table = read_spill(spill / "bands", k)
-        if table is None:
-            continue
-        band, key, g = (table[c].to_numpy() for c in ("band", "key", "g"))
-        del table
-        order = np.lexsort((g, key, band))
-        band, key, g = band[order], key[order], g[order]
-        change = (band[1:] != band[:-1]) | (key[1:] != key[:-1])
-        starts = np.flatnonzero(np.r_[True, change, True])
-        pairs = bucket_pairs(g, starts)
-        del band, key, g, order
-        if not len(pairs):
-            continue
-        candidates.append(pairs)
-        nodes = np.unique(pairs)
-        signatures = load_signatures(signature_dir, nodes, num_perm)
-        a, b = np.searchsorted(nodes, pairs[:, 0]), np.searchsorted(nodes, pairs[:, 1])
-        agree = np.concatenate([np.count_nonzero(signatures[a[s:s + _VERIFY_CHUNK]] ==
-                                                 signatures[b[s:s + _VERIFY_CHUNK]], axis=1)
-                                for s in range(0, len(pairs), _VERIFY_CHUNK)])
-        edges.append(pairs[agree >= needed])
-        agreements.append(agree[agree >= needed])
+    tasks = [{"spill": str(spill), "group": k, "signatures": str(signature_dir), "cfg": cfg}
+             for k in range(groups)]
+    results = mapper(band_group_edges, tasks) if mapper else [band_group_edges(t) for t in tasks]
+    candidates = [r[0] for r in results if len(r[0])]
     if not candidates:
         return np.empty((0, 2), np.int64), np.empty(0, np.float64), 0
     n_candidates = len(np.unique(np.concatenate(candidates), axis=0))
-    all_edges = np.concatenate(edges)
-    all_agree = np.concatenate(agreements)
+    all_edges = np.concatenate([r[1] for r in results])
+    all_agree = np.concatenate([r[2] for r in results])
+    if not len(all_edges):
+        return np.empty((0, 2), np.int64), np.empty(0, np.float64), n_candidates
     unique, index = np.unique(all_edges, axis=0, return_index=True)
     return unique, all_agree[index] / num_perm, n_candidates
 
