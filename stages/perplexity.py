@@ -10,16 +10,20 @@ language's threshold with reason ``perplexity.above_threshold``.
 
 Text seen by the model (training and scoring alike), per line of a document:
 NFKC, lowercase, accents stripped, digits -> ``0``, punctuation unified
-(:func:`normalize`), then split into tokens (:func:`tokenize`): words from
+(:func:`normalize`), then split into tokens by the configured tokenizer
+(:class:`LineTokenizer`): ``sentencepiece`` pieces of a unigram model trained
+per language on the same reference text, as CCNet does, or ``words`` from
 :func:`stages.text.words` (rjieba for Chinese, one token per CJK character for
 Japanese/Korean, letter/digit runs elsewhere) with every punctuation or symbol
-character as a token of its own. See docs/stages/perplexity.md.
+character as a token of its own (:func:`tokenize`). See
+docs/stages/perplexity.md.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -43,6 +47,7 @@ BUCKETS = ("head", "middle", "tail")
 # Bump when normalize()/tokenize() change: part of every model's cache key.
 TEXT_VERSION = "ccnet-norm-1"
 KENLM_VERSION = "0.3.0"
+TOKENIZER_FILE = "sentencepiece.model"   # next to model.binary in the model cache
 
 
 class Config(StageConfig):
@@ -80,6 +85,36 @@ class Config(StageConfig):
             (0.9 s of page faults at 10% of 24 GiB, measured), so tests pass a
             small size. It does not change the model (identical ARPA output,
             measured), so it is not part of the model cache key.
+        tokenizer: what the n-gram model counts. ``words`` (default):
+            segmenter words plus one token per punctuation character
+            (:func:`tokenize`); ``sentencepiece``: pieces of a unigram
+            SentencePiece model trained per language on the normalized
+            reference text, as CCNet (its models are SentencePiece + KenLM).
+            Default chosen by our measurement on the shared corpus, reference
+            debref (docs/stages/perplexity.md): both put same-quality zh and
+            en sentences in the same range, but on references this small
+            (0.3-0.6 M characters) words separate fluent text from shuffled
+            words and keyword spam far more strongly (spam/fluent perplexity
+            ratio 90-290x with words, 3-15x with 2k pieces).
+        sentencepiece_vocab_size: target vocabulary (pieces) of the
+            SentencePiece model; trained with ``hard_vocab_limit=false``, so a
+            small reference gets fewer pieces instead of an error. Default
+            2,000, our measurement on debref (0.3-0.6 M characters): of
+            2k/4k/8k/16k it gives the lowest held-out bits per character for
+            zh and zh/en perplexities in the same range. CCNet used 65,536
+            on 400k documents per language: raise it for a large reference.
+            It must exceed the number of distinct characters kept by
+            ``sentencepiece_character_coverage`` (1,188 for debref zh), or
+            ``fit`` raises ValueError.
+        sentencepiece_character_coverage: share of characters covered by the
+            pieces; the rest becomes ``<unk>``. 0.9995: SentencePiece's
+            recommendation for languages with large character sets (zh, ja),
+            harmless for alphabetic ones.
+        sentencepiece_input_sentence_size: at most this many lines train the
+            SentencePiece model (a deterministic stride sample of the
+            reference lines when there are more), which bounds its memory and
+            time; 1,000,000 is SentencePiece's documented order of magnitude
+            for a full training (its README suggests 1e6-1e7 sentences).
     """
 
     reference_source: str
@@ -91,6 +126,10 @@ class Config(StageConfig):
     action: Literal["drop", "annotate"] = "drop"
     languages: list[str] | None = None
     lmplz_memory: str = pydantic.Field("10%", pattern=r"^[0-9]+(\.[0-9]+)?[%bKMGTkmgt]?$")
+    tokenizer: Literal["words", "sentencepiece"] = "words"
+    sentencepiece_vocab_size: int = pydantic.Field(2000, ge=100)
+    sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
+    sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
 
     @pydantic.field_validator("order")
     @classmethod
@@ -173,15 +212,61 @@ def tokenize(line: str, lang: str | None) -> list[str]:
     return tokens
 
 
-def document_sentences(text: str, lang: str | None) -> list[str]:
-    """A document as model input: one space-joined token line per text line
-    that has at least one token (blank lines are layout and are skipped)."""
+def normalized_lines(text: str) -> list[str]:
+    """The :func:`normalize`-d lines of a document (split on ``\\n``), without
+    lines that are empty or whitespace-only after normalization (blank lines
+    are layout, not text)."""
     out = []
     for line in text.split("\n"):
-        tokens = tokenize(normalize(line), lang)
-        if tokens:
-            out.append(" ".join(tokens))
+        line = normalize(line)
+        if line.strip():
+            out.append(line)
     return out
+
+
+class LineTokenizer:
+    """Turns normalized lines into the space-joined token lines KenLM sees.
+
+    ``LineTokenizer(lang)`` uses :func:`tokenize` (segmenter words and
+    punctuation); ``LineTokenizer(lang, sentencepiece_model=BYTES)`` uses the
+    pieces of that SentencePiece model (``▁`` marks a word start, as in CCNet).
+    Pieces never contain whitespace, so joining them with spaces is lossless
+    for KenLM's whitespace tokenization.
+
+    Raises:
+        RuntimeError: ``sentencepiece_model`` is not a SentencePiece model
+            (``source`` names the file in the message).
+    """
+
+    def __init__(self, lang: str | None, sentencepiece_model: bytes | None = None,
+                 source: str = "<bytes>"):
+        self.lang = lang
+        self.kind = "words" if sentencepiece_model is None else "sentencepiece"
+        self._sp = None
+        if sentencepiece_model is not None:
+            import sentencepiece as spm
+
+            try:
+                self._sp = spm.SentencePieceProcessor(model_proto=sentencepiece_model)
+            except Exception as exc:  # sentencepiece raises RuntimeError/OSError
+                raise RuntimeError(f"perplexity: cannot read SentencePiece model file "
+                                   f"{source}: {exc}") from exc
+
+    def __call__(self, lines: list[str]) -> list[str]:
+        """One token line per input line, in order (``""`` when a line has no
+        token; callers skip those)."""
+        if self._sp is None:
+            return [" ".join(tokenize(line, self.lang)) for line in lines]
+        return [" ".join(pieces) for pieces in self._sp.encode(lines, out_type=str)]
+
+
+def document_sentences(text: str, lang: str | None,
+                       tokenizer: LineTokenizer | None = None) -> list[str]:
+    """A document as model input: one space-joined token line per text line
+    that has at least one token (blank lines are layout and are skipped).
+    ``tokenizer`` None means ``LineTokenizer(lang)`` (words)."""
+    tokenizer = tokenizer or LineTokenizer(lang)
+    return [s for s in tokenizer(normalized_lines(text)) if s]
 
 
 # ----------------------------------------------------------------- scoring
@@ -209,6 +294,34 @@ def _load_model(path: str, *_stat_key):
         return kenlm.Model(path)
     except Exception as exc:  # kenlm raises OSError with a C++ message
         raise RuntimeError(f"perplexity: cannot read KenLM model file {path}: {exc}") from exc
+
+
+def load_tokenizer(path: str | None, lang: str | None) -> LineTokenizer:
+    """The :class:`LineTokenizer` of a model: SentencePiece from ``path``, or
+    words when ``path`` is None. Cached per process like :func:`load_model`.
+
+    Raises:
+        RuntimeError: the file is missing or not a SentencePiece model; the
+            message names the file.
+    """
+    if path is None:
+        return _words_tokenizer(lang)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise RuntimeError(f"perplexity: SentencePiece model file {path} cannot be read: "
+                           f"{exc}") from exc
+    return _load_tokenizer(path, lang, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _words_tokenizer(lang: str | None) -> LineTokenizer:
+    return LineTokenizer(lang)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_tokenizer(path: str, lang: str | None, *_stat_key) -> LineTokenizer:
+    return LineTokenizer(lang, Path(path).read_bytes(), source=path)
 
 
 def score_sentences(model, sentences: list[str]) -> tuple[float, int]:
@@ -250,10 +363,11 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def reference_documents(path: Path, reference_source: str,
                         languages: list[str] | None) -> list[tuple[str, str, int, list[str]]]:
-    """Read one partition's kept reference documents as model input.
+    """Read one partition's kept reference documents as normalized lines.
 
     Returns:
-        ``(id, lang, characters, sentences)`` per kept document of
+        ``(id, lang, characters, lines)`` (lines: :func:`normalized_lines`,
+        not yet tokenized: the tokenizer is trained on them) per kept document of
         ``reference_source`` with a non-null ``langid_lang`` (in ``languages``
         when given), in row order. Top-level so ``Partitions.map`` can pickle it.
     """
@@ -265,12 +379,97 @@ def reference_documents(path: Path, reference_source: str,
             continue
         if languages is not None and lang not in languages:
             continue
-        out.append((doc_id, lang, len(text), document_sentences(text, lang)))
+        out.append((doc_id, lang, len(text), normalized_lines(text)))
     return out
 
 
+def train_sentencepiece(lines: list[str], vocab_size: int, character_coverage: float,
+                        input_sentence_size: int, cache_dir: Path) -> bytes:
+    """Train (or fetch from cache) a unigram SentencePiece model on normalized lines.
+
+    Deterministic: one thread, no input shuffling, and when there are more
+    than ``input_sentence_size`` lines a fixed stride sample of them (every
+    k-th line, k = ceil(n / input_sentence_size)); the model is written through
+    ``model_writer``, so no temporary path ends up in its bytes. Same lines and
+    parameters give the same model bytes (tested). Text is already normalized
+    by :func:`normalize`, so SentencePiece's own normalization is off
+    (``identity``); ``max_sentence_length`` is raised to 1 MiB so long lines
+    are not silently skipped; ``hard_vocab_limit=false`` gives a smaller
+    vocabulary, not an error, on a small reference.
+
+    The cache key is the sha256 of the sampled lines, the parameters and the
+    sentencepiece version; the model is stored at
+    ``cache_dir/sentencepiece/<key>/sentencepiece.model``.
+
+    Returns:
+        The serialized model (``ModelProto`` bytes).
+    Raises:
+        ValueError: no line to train on, or ``vocab_size`` below the number of
+            characters the coverage requires (SentencePiece's message kept).
+    """
+    import sentencepiece as spm
+
+    if not lines:
+        raise ValueError("perplexity: no reference line to train SentencePiece on")
+    step = -(-len(lines) // input_sentence_size)
+    sample = lines[::step]
+    params = {"model_type": "unigram", "vocab_size": vocab_size,
+              "character_coverage": character_coverage, "normalization_rule_name": "identity",
+              "num_threads": 1, "input_sentence_size": input_sentence_size,
+              "shuffle_input_sentence": False, "hard_vocab_limit": False,
+              "max_sentence_length": 1 << 20}
+    digest = hashlib.sha256(json.dumps([TEXT_VERSION, spm.__version__, params],
+                                       sort_keys=True).encode())
+    for line in sample:
+        digest.update(line.encode() + b"\n")
+    final = Path(cache_dir) / "sentencepiece" / digest.hexdigest()
+    if (final / TOKENIZER_FILE).is_file():
+        return (final / TOKENIZER_FILE).read_bytes()
+    buffer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(sample), model_writer=buffer,
+                                       minloglevel=2, **params)
+    except RuntimeError as exc:
+        raise ValueError(f"perplexity: SentencePiece training failed (sentencepiece_vocab_size="
+                         f"{vocab_size}, sentencepiece_character_coverage={character_coverage}): "
+                         f"{exc}") from exc
+    data = buffer.getvalue()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=final.parent, prefix=".train-") as tmp:
+        staged = Path(tmp) / "out"
+        staged.mkdir()
+        (staged / TOKENIZER_FILE).write_bytes(data)
+        try:
+            os.replace(staged, final)
+        except OSError:
+            if not (final / TOKENIZER_FILE).is_file():
+                raise
+    return data
+
+
+def train_language_model(lines: list[str], lang: str, config: Config, tools_dir: Path,
+                         cache_dir: Path) -> tuple[Path, Path | None]:
+    """Train (or fetch) the tokenizer and the KenLM model of one language.
+
+    Args:
+        lines: normalized reference lines (:func:`normalized_lines`).
+    Returns:
+        ``(model.binary, sentencepiece.model or None)``, both in the same
+        cache directory (:func:`train_kenlm`).
+    """
+    sp_model = None
+    if config.tokenizer == "sentencepiece":
+        sp_model = train_sentencepiece(lines, config.sentencepiece_vocab_size,
+                                       config.sentencepiece_character_coverage,
+                                       config.sentencepiece_input_sentence_size, cache_dir)
+    tokenizer = LineTokenizer(lang, sp_model)
+    model = train_kenlm((t for t in tokenizer(lines) if t), config.order, tools_dir, cache_dir,
+                        config.lmplz_memory, tokenizer_model=sp_model)
+    return model, (model.parent / TOKENIZER_FILE if sp_model is not None else None)
+
+
 def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir: Path,
-                memory: str = "10%") -> Path:
+                memory: str = "10%", tokenizer_model: bytes | None = None) -> Path:
     """Train (or fetch from cache) a KenLM binary model on token lines.
 
     Runs ``lmplz -o ORDER -S MEMORY --discount_fallback`` (``-S``: lmplz's
@@ -279,8 +478,11 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     ``build_binary`` (probing hash table).
 
     The cache key is the sha256 of the token lines, the order, the lmplz flags,
-    the KenLM version and :data:`TEXT_VERSION`; a model under
-    ``cache_dir/kenlm/<key>/model.binary`` is reused, not retrained.
+    the KenLM version, :data:`TEXT_VERSION` and the tokenizer model bytes; a
+    model under ``cache_dir/kenlm/<key>/model.binary`` is reused, not
+    retrained. The tokenizer model, when given, is stored in the same
+    directory as ``sentencepiece.model``, so model and tokenizer are cached
+    (and found) together.
 
     Returns:
         Path to ``model.binary``.
@@ -298,6 +500,8 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     root.mkdir(parents=True, exist_ok=True)
     flags = ["-o", str(order), "--discount_fallback"]
     digest = hashlib.sha256(json.dumps([TEXT_VERSION, KENLM_VERSION, flags]).encode())
+    if tokenizer_model is not None:
+        digest.update(hashlib.sha256(tokenizer_model).digest())
     with tempfile.TemporaryDirectory(dir=root, prefix=".train-") as tmp:
         text_path = Path(tmp) / "train.txt"
         with open(text_path, "w", encoding="utf-8") as fh:
@@ -307,7 +511,7 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
                 digest.update(line.encode())
         final = root / digest.hexdigest()
         model = final / "model.binary"
-        if model.is_file():
+        if model.is_file() and (tokenizer_model is None or (final / TOKENIZER_FILE).is_file()):
             return model
         arpa, binary = Path(tmp) / "model.arpa", Path(tmp) / "model.binary"
         _run([str(lmplz), *flags, "-S", memory, "-T", tmp,
@@ -316,6 +520,8 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
         staged = Path(tmp) / "out"
         staged.mkdir()
         os.replace(binary, staged / "model.binary")
+        if tokenizer_model is not None:
+            (staged / TOKENIZER_FILE).write_bytes(tokenizer_model)
         try:
             os.replace(staged, final)  # atomic; a concurrent builder may win the race
         except OSError:
@@ -331,19 +537,22 @@ def _run(cmd: list[str]) -> None:
                            f"{proc.stderr.strip()[-2000:]}")
 
 
-def reference_perplexities(docs: list[tuple[str, str, int, list[str]]], order: int,
-                           tools_dir: Path, cache_dir: Path,
-                           memory: str = "10%") -> tuple[list[float], str]:
+def reference_perplexities(docs: list[tuple[str, str, int, list[str]]], lang: str,
+                           config: Config, tools_dir: Path,
+                           cache_dir: Path) -> tuple[list[float], str]:
     """Held-out perplexities of reference documents by 2-fold cross-fitting.
 
-    Documents go to fold ``sha256(id)[0] & 1``; each fold is scored by a model
-    trained on the other fold. A model scoring its own training text gives
+    Documents go to fold ``sha256(id)[0] & 1``; each fold is scored by a
+    tokenizer and model both trained on the other fold only
+    (:func:`train_language_model`). A model scoring its own training text gives
     far lower perplexities (in-sample 5-grams memorise), so thresholds from
     in-sample scores would drop almost all new text. Half-size models are a
     little worse than the full model, so the cut-offs err towards keeping.
     When a fold is empty (a single document) the full model's in-sample
     scores are the fallback.
 
+    Args:
+        docs: ``(id, lang, chars, normalized lines)`` from :func:`reference_documents`.
     Returns:
         (perplexities of documents with tokens, sorted ascending; ``"2-fold"``
         or ``"in-sample"``).
@@ -352,22 +561,30 @@ def reference_perplexities(docs: list[tuple[str, str, int, list[str]]], order: i
     for doc in docs:
         folds[hashlib.sha256(doc[0].encode()).digest()[0] & 1].append(doc)
     if not folds[0] or not folds[1]:
-        model = load_model(str(train_kenlm(
-            (s for d in docs for s in d[3]), order, tools_dir, cache_dir, memory)))
-        pairs, method = [(model, docs)], "in-sample"
+        pairs, method = [(docs, docs)], "in-sample"
     else:
-        pairs, method = [], "2-fold"
-        for held, train in ((0, 1), (1, 0)):
-            model = load_model(str(train_kenlm(
-                (s for d in folds[train] for s in d[3]), order, tools_dir, cache_dir, memory)))
-            pairs.append((model, folds[held]))
+        pairs, method = [(folds[1], folds[0]), (folds[0], folds[1])], "2-fold"
     values = []
-    for model, held_docs in pairs:
+    for train_docs, held_docs in pairs:
+        model_path, sp_path = train_language_model([s for d in train_docs for s in d[3]], lang,
+                                                   config, tools_dir, cache_dir)
+        model = load_model(str(model_path))
+        tokenizer = load_tokenizer(None if sp_path is None else str(sp_path), lang)
         for doc in held_docs:
-            value = perplexity(*score_sentences(model, doc[3]))
+            value = perplexity(*score_sentences(model, [t for t in tokenizer(doc[3]) if t]))
             if value is not None:
                 values.append(value)
     return sorted(values), method
+
+
+def _publish(cached: Path, local: Path) -> Path:
+    """Hard-link (or copy, across filesystems) a cached file to ``local``."""
+    local.unlink(missing_ok=True)
+    try:
+        os.link(cached, local)
+    except OSError:
+        shutil.copyfile(cached, local)
+    return local
 
 
 def _sha256_file(path: Path) -> str:
@@ -401,14 +618,19 @@ class PerplexityStage(Stage):
         self._models_json: dict[str, Any] | None = None
 
     def fit(self, partitions: Partitions) -> dict[str, Any]:
-        """Train one model per language on the reference source; write
-        ``ctx.work_dir/models.json`` and ``ctx.work_dir/<lang>.binary``.
+        """Train one tokenizer and model per language on the reference source;
+        write ``ctx.work_dir/models.json``, ``ctx.work_dir/<lang>.binary`` and
+        (tokenizer ``sentencepiece``) ``ctx.work_dir/<lang>.sentencepiece.model``.
 
         Returns:
-            Manifest facts: ``{"reference_source", "order", "languages": {lang:
-            {"model_sha256", "reference_docs", "reference_chars",
-            "reference_tokens", "distribution", "threshold", "threshold_from",
-            "bucket_cutoffs"}}, "skipped": {lang: reason}}``.
+            Manifest facts: ``{"reference_source", "order", "tokenizer",
+            "languages": {lang: {"model_sha256", "tokenizer_sha256" (null for
+            words), "reference_docs", "reference_chars", "reference_tokens",
+            "distribution", "threshold", "threshold_from", "bucket_cutoffs"}},
+            "skipped": {lang: reason}}``.
+        Raises:
+            RuntimeError: lmplz/build_binary failed, or a written model or
+                tokenizer file cannot be read back (the message names it).
         """
         cfg: Config = self.config
         mapped = partitions.map(
@@ -431,19 +653,21 @@ class PerplexityStage(Stage):
             if chars < cfg.min_reference_chars:
                 skipped[lang] = f"{chars} reference chars < min_reference_chars"
                 continue
-            model_path = train_kenlm((s for d in docs for s in d[3]), cfg.order,
-                                     self.ctx.tools_dir, self.ctx.cache_dir, cfg.lmplz_memory)
-            local = work_dir / f"{lang}.binary"
-            local.unlink(missing_ok=True)
-            try:
-                os.link(model_path, local)
-            except OSError:
-                shutil.copyfile(model_path, local)
-            values, method = reference_perplexities(docs, cfg.order, self.ctx.tools_dir,
-                                                    self.ctx.cache_dir, cfg.lmplz_memory)
+            lines = [s for d in docs for s in d[3]]
+            model_path, sp_path = train_language_model(lines, lang, cfg, self.ctx.tools_dir,
+                                                       self.ctx.cache_dir)
+            local = _publish(model_path, work_dir / f"{lang}.binary")
+            local_sp = (None if sp_path is None else
+                        _publish(sp_path, work_dir / f"{lang}.{TOKENIZER_FILE}"))
+            load_model(str(local))  # fail at fit time, naming the file, if unreadable
+            tokenizer = load_tokenizer(None if local_sp is None else str(local_sp), lang)
+            values, method = reference_perplexities(docs, lang, cfg, self.ctx.tools_dir,
+                                                    self.ctx.cache_dir)
             if not values:
                 skipped[lang] = "no reference document has tokens"
                 local.unlink()
+                if local_sp is not None:
+                    local_sp.unlink()
                 continue
             if lang in cfg.max_perplexity:
                 threshold, source = cfg.max_perplexity[lang], "max_perplexity"
@@ -453,12 +677,15 @@ class PerplexityStage(Stage):
             else:
                 threshold, source = None, "none"
             cutoffs = [percentile(values, q) for q in cfg.bucket_percentiles]
-            models[lang] = {"model": local.name, "threshold": threshold, "bucket_cutoffs": cutoffs}
+            models[lang] = {"model": local.name,
+                            "tokenizer_model": None if local_sp is None else local_sp.name,
+                            "threshold": threshold, "bucket_cutoffs": cutoffs}
             facts[lang] = {
                 "model_sha256": _sha256_file(local),
+                "tokenizer_sha256": None if local_sp is None else _sha256_file(local_sp),
                 "reference_docs": len(docs),
                 "reference_chars": chars,
-                "reference_tokens": sum(s.count(" ") + 2 for d in docs for s in d[3]),
+                "reference_tokens": sum(t.count(" ") + 2 for t in tokenizer(lines) if t),
                 "distribution": method,
                 "threshold": threshold,
                 "threshold_from": source,
@@ -468,11 +695,12 @@ class PerplexityStage(Stage):
             skipped.setdefault(lang, "max_perplexity given but no model")
         tmp = work_dir / "models.json.tmp"
         tmp.write_text(json.dumps({"order": cfg.order, "action": cfg.action,
-                                   "languages": models}, indent=2, sort_keys=True))
+                                   "tokenizer": cfg.tokenizer, "languages": models},
+                                  indent=2, sort_keys=True))
         os.replace(tmp, work_dir / "models.json")
         self._models_json = None
         return {"reference_source": cfg.reference_source, "order": cfg.order,
-                "languages": facts, "skipped": skipped}
+                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped}
 
     def _models(self) -> dict[str, Any]:
         if self._models_json is None:
@@ -489,7 +717,8 @@ class PerplexityStage(Stage):
             table: document table with ``text`` and ``langid_lang``.
         Raises:
             ValueError: no ``langid_lang`` column.
-            RuntimeError: ``models.json`` missing, or a model file unreadable.
+            RuntimeError: ``models.json`` missing, or a model or tokenizer
+                file unreadable (the message names the file).
         """
         if "langid_lang" not in table.column_names:
             raise ValueError("perplexity: input table has no langid_lang column "
@@ -503,8 +732,13 @@ class PerplexityStage(Stage):
             entry = languages.get(lang) if lang is not None else None
             value = None
             if entry is not None:
-                model = load_model(str(Path(self.ctx.work_dir) / entry["model"]))
-                value = perplexity(*score_sentences(model, document_sentences(text, lang)))
+                work_dir = Path(self.ctx.work_dir)
+                model = load_model(str(work_dir / entry["model"]))
+                sp_name = entry.get("tokenizer_model")
+                tokenizer = load_tokenizer(None if sp_name is None else str(work_dir / sp_name),
+                                           lang)
+                value = perplexity(*score_sentences(model,
+                                                    document_sentences(text, lang, tokenizer)))
             values.append(value)
             if value is None:
                 buckets.append(None)

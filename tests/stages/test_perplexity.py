@@ -68,7 +68,8 @@ def _partitions(tmp: Path) -> Partitions:
 
 def _fit(tmp: Path, cache: Path | None = None, **overrides) -> tuple[PerplexityStage, dict]:
     cfg = Config(**{"reference_source": "ref", "order": 3, "min_reference_chars": 1000,
-                    "lmplz_memory": "64M", **overrides})
+                    "lmplz_memory": "64M", "tokenizer": "words", "sentencepiece_vocab_size": 100,
+                    **overrides})
     stage = PerplexityStage(cfg, _ctx(tmp, cache))
     return stage, stage.fit(_partitions(tmp))
 
@@ -198,3 +199,97 @@ def test_missing_models_json_is_a_clear_error(tmp_path):
     stage = PerplexityStage(Config(reference_source="ref"), _ctx(tmp_path))
     with pytest.raises(RuntimeError, match="models.json missing"):
         stage.process(_table([("x", "en")]))
+
+
+# ------------------------------------------------------------- SentencePiece tokenizer
+
+def test_sentencepiece_value_equals_hand_computation(tmp_path):
+    import kenlm
+    import sentencepiece as spm
+
+    stage, facts = _fit(tmp_path, tokenizer="sentencepiece")
+    assert facts["tokenizer"] == "sentencepiece"
+    en = facts["languages"]["en"]
+    assert en["distribution"] == "2-fold" and len(en["tokenizer_sha256"]) == 64
+    work = tmp_path / "work"
+    sp = spm.SentencePieceProcessor(model_file=str(work / "en.sentencepiece.model"))
+    assert sp.get_piece_size() <= 100
+    doc = "The cat sat on a red door.\n\nMy dog cleaned the mat!"
+    out = stage.process(_table([(doc, "en")]))
+
+    model = kenlm.Model(str(work / "en.binary"))
+    lines = ["the cat sat on a red door.", "my dog cleaned the mat!"]   # normalized by hand
+    pieces = [sp.encode(line, out_type=str) for line in lines]
+    assert "".join(pieces[0]) == "\u2581the\u2581cat\u2581sat\u2581on\u2581a\u2581red\u2581door."
+    assert len(pieces[0]) < len(lines[0])                      # pieces, not characters
+    scores = [s[0] for p in pieces for s in model.full_scores(" ".join(p), bos=True, eos=True)]
+    assert len(scores) == len(pieces[0]) + len(pieces[1]) + 2        # pieces plus </s> per line
+    expected = 10 ** (-sum(scores) / len(scores))
+    assert out["perplexity_value"][0].as_py() == pytest.approx(expected, rel=1e-9)
+    assert 1.0 < expected < 100.0
+    values = stage.process(_table([("The cat sat on the mat.", "en"),
+                                   ("Mat the on door red painted garden cat.", "en")]))
+    good, bad = values["perplexity_value"].to_pylist()
+    assert good * 3 < bad
+
+
+def test_sentencepiece_training_deterministic_and_bounded(tmp_path):
+    lines = [ppl.normalize(s) for doc in _english_docs() for s in doc.split("\n")] * 30  # 3,000
+    first = ppl.train_sentencepiece(lines, 100, 0.9995, 1000, tmp_path / "a")
+    again = ppl.train_sentencepiece(lines, 100, 0.9995, 1000, tmp_path / "b")   # fresh cache
+    assert first == again
+    # bounded: more lines than input_sentence_size -> the stride sample lines[::3] only
+    assert ppl.train_sentencepiece(lines[::3], 100, 0.9995, 1000, tmp_path / "c") == first
+    assert ppl.train_sentencepiece(lines, 100, 0.9995, 3000, tmp_path / "d") != first
+    with pytest.raises(ValueError, match="no reference line"):
+        ppl.train_sentencepiece([], 100, 0.9995, 1000, tmp_path / "e")
+    many_chars = ["".join(chr(0x4E00 + i + j) for j in range(20)) for i in range(0, 400, 2)]
+    with pytest.raises(ValueError, match="sentencepiece_vocab_size=100.*required_chars"):
+        ppl.train_sentencepiece(many_chars, 100, 1.0, 1000, tmp_path / "f")
+
+
+def test_model_and_tokenizer_cached_together(tmp_path, monkeypatch):
+    import sentencepiece as spm
+
+    cache = tmp_path / "cache"
+    (tmp_path / "a").mkdir()
+    _, first = _fit(tmp_path / "a", cache=cache, tokenizer="sentencepiece")
+    model_dirs = sorted(p.parent for p in (cache / "kenlm").glob("*/model.binary"))
+    assert len(model_dirs) == 3                                 # full model + one per fold
+    assert all((d / "sentencepiece.model").is_file() for d in model_dirs)
+    full = tmp_path / "a" / "work" / "en.sentencepiece.model"
+    assert any((d / "sentencepiece.model").read_bytes() == full.read_bytes() for d in model_dirs)
+
+    calls = []
+    monkeypatch.setattr(ppl, "_run", lambda cmd: calls.append(cmd))
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: calls.append(kw))
+    (tmp_path / "b").mkdir()
+    _, second = _fit(tmp_path / "b", cache=cache, tokenizer="sentencepiece")
+    assert calls == []                                          # nothing retrained
+    assert second["languages"] == first["languages"]
+
+
+def test_unreadable_sentencepiece_file_names_the_file(tmp_path):
+    stage, _ = _fit(tmp_path, tokenizer="sentencepiece")
+    sp_file = tmp_path / "work" / "en.sentencepiece.model"
+    sp_file.unlink()                                            # a hard link to the cache
+    sp_file.write_bytes(b"not a sentencepiece model\n")
+    fresh = PerplexityStage(stage.config, stage.ctx)
+    with pytest.raises(RuntimeError,
+                       match=r"cannot read SentencePiece model file .*en\.sentencepiece\.model"):
+        fresh.process(_table([("the cat sat on the mat.", "en")]))
+    sp_file.unlink()
+    with pytest.raises(RuntimeError, match=r"SentencePiece model file .*en\.sentencepiece"):
+        PerplexityStage(stage.config, stage.ctx).process(_table([("the cat.", "en")]))
+
+
+def test_sentencepiece_chinese_pieces_cover_the_text(tmp_path):
+    lines = [ppl.normalize(z) for z in ZH] * 50                # "我们今天去北京." ...
+    model = ppl.train_sentencepiece(lines, 100, 0.9995, 10_000, tmp_path)
+    tokenizer = ppl.LineTokenizer("zh", model)
+    assert tokenizer.kind == "sentencepiece"
+    line = ppl.normalize("我们明天去北京。")
+    pieces = tokenizer([line])[0].split(" ")
+    assert "".join(pieces).replace("\u2581", " ").strip() == line == "我们明天去北京."
+    assert 1 < len(pieces) < len(line)                        # multi-character pieces
+    assert ppl.LineTokenizer("zh")([line]) == ["我们 明天 去 北京 ."]   # words path unchanged
