@@ -105,6 +105,11 @@ class Config(StageConfig):
             longest); remaining ties go to the smallest id (string order), so
             the keeper does not depend on input order or partitioning.
             ``longest`` is our choice: it keeps the most content.
+        verify: how a candidate pair is checked before it becomes an edge:
+            ``signature`` (estimated Jaccard from the full MinHash signatures,
+            the default: no text is read again) or ``exact`` (exact Jaccard
+            similarity of the two shingle sets; reads the candidates' texts,
+            removes the estimate's error around the threshold).
         fold_chinese_script: fold Traditional to Simplified Chinese (OpenCC)
             before character shingling of non-ja/ko CJK documents: ``none``,
             ``t2s`` or ``tw2sp``. Default ``tw2sp``: measured on the 703
@@ -141,6 +146,7 @@ class Config(StageConfig):
     seed: int = pydantic.Field(1, ge=0, lt=2**32)
     keep: Literal["longest", "smallest_id", "lowest_perplexity"] = "longest"
     fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
+    verify: Literal["signature", "exact"] = "signature"
     line_dedup: bool = False
     line_min_chars: int = pydantic.Field(30, ge=1)
     line_skip_languages: tuple[str, ...] = ("code",)
@@ -227,7 +233,7 @@ class DedupStage(Stage):
                  "signatures": str(signature_dir)} for i, p in enumerate(paths)])
             signed, empty = sum(s["signed"] for s in signs), sum(s["empty"] for s in signs)
             edges, _, candidates = phases.near_duplicate_edges(spill, groups["bands"], signature_dir, cfg,
-                                                               mapper=partitions.map)
+                                                               mapper=partitions.map, paths=paths)
             n_edges = len(edges)
             near = phases.near_clusters(edges, paths, signature_dir, cfg)
         removed = phases.removed_table(exact, near)
@@ -259,7 +265,7 @@ class DedupStage(Stage):
             "seed": config.seed, "num_perm": config.num_perm, "num_bands": config.num_bands,
             "rows_per_band": config.rows_per_band, "jaccard_threshold": config.jaccard_threshold,
             "ngram_words": config.ngram_words, "ngram_chars": config.ngram_chars,
-            "keep": config.keep, "fold_chinese_script": config.fold_chinese_script,
+            "keep": config.keep, "fold_chinese_script": config.fold_chinese_script, "verify": config.verify,
             "line_dedup": config.line_dedup, "line_min_chars": config.line_min_chars,
             "s_curve": [[round(j, 3), round(p, 4)]
                         for j, p in s_curve(config.num_bands, config.rows_per_band)],

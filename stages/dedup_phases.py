@@ -248,6 +248,36 @@ def exact_duplicates(spill: Path, groups: int) -> pa.Table:
 # ----------------------------------------------------------------------------- phase 2: signatures, bands
 
 
+def _shingle_texts(texts: list[str], langs: list[str | None], cfg: dict[str, Any]
+                   ) -> tuple[list[str], np.ndarray]:
+    """Near-normalized (and, for CJK, script-folded) texts and whether each
+    uses character shingles: exactly what signatures are computed from."""
+    normalized = mh.near_normalize_batch(texts)
+    char_mode = np.array([mh.uses_char_shingles(t, lang) for t, lang in zip(normalized, langs)], bool)
+    fold = cfg.get("fold_chinese_script", "none")
+    if fold != "none":
+        foldable = [i for i in np.flatnonzero(char_mode) if langs[i] not in mh.NO_FOLD_LANGS]
+        for i, t in zip(foldable, mh.fold_script([normalized[i] for i in foldable], fold)):
+            normalized[i] = t
+    return normalized, char_mode
+
+
+def document_shingle_sets(texts: list[str], langs: list[str | None], cfg: dict[str, Any]) -> list[np.ndarray]:
+    """Each document's set of shingle hashes (sorted unique uint32), from the
+    same normalization, folding and shingles as its MinHash signature; empty
+    for a text that is empty after normalization."""
+    normalized, char_mode = _shingle_texts(texts, langs, cfg)
+    return [np.unique(mh.shingle_hashes(t, bool(c), cfg["ngram_words"], cfg["ngram_chars"]))
+            for t, c in zip(normalized, char_mode)]
+
+
+def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """|A ∩ B| / |A ∪ B| of two sorted unique hash arrays (0.0 when both are empty)."""
+    inter = len(np.intersect1d(a, b, assume_unique=True))
+    union = len(a) + len(b) - inter
+    return inter / union if union else 0.0
+
+
 def document_signatures(texts: list[str], langs: list[str | None], cfg: dict[str, Any]
                         ) -> tuple[np.ndarray, np.ndarray]:
     """MinHash signatures of documents (pure; the same in any process).
@@ -262,13 +292,7 @@ def document_signatures(texts: list[str], langs: list[str | None], cfg: dict[str
         documents whose near-normalized text is not empty, in input order.
     """
     num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    normalized = mh.near_normalize_batch(texts)
-    char_mode = np.array([mh.uses_char_shingles(t, lang) for t, lang in zip(normalized, langs)], bool)
-    fold = cfg.get("fold_chinese_script", "none")
-    if fold != "none":
-        foldable = [i for i in np.flatnonzero(char_mode) if langs[i] not in mh.NO_FOLD_LANGS]
-        for i, t in zip(foldable, mh.fold_script([normalized[i] for i in foldable], fold)):
-            normalized[i] = t
+    normalized, char_mode = _shingle_texts(texts, langs, cfg)
     positions, signatures = [], []
     for char_shingles in (True, False):
         members = np.flatnonzero(char_mode == char_shingles)
@@ -379,14 +403,17 @@ def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.n
 
     Sorts the group's band records by (band, key, g); records with equal
     (band, key) are a bucket; bucket pairs (:func:`bucket_pairs`) become edges
-    when at least ``ceil(jaccard_threshold * num_perm)`` signature values agree.
+    when at least ``ceil(jaccard_threshold * num_perm)`` signature values agree
+    (``verify: signature``), or when the exact Jaccard similarity of their
+    shingle sets reaches ``jaccard_threshold`` (``verify: exact``; reads the
+    candidates' texts from ``paths``).
 
     Args:
         task: ``spill`` (spill dir), ``group`` (index), ``signatures`` (dir),
-            ``cfg`` (the dedup config as a dict).
+            ``cfg`` (the dedup config as a dict), ``paths`` (the partitions).
 
     Returns:
-        (candidate pairs int64[C, 2], edges int64[E, 2], agreements int64[E]).
+        (candidate pairs int64[C, 2], edges int64[E, 2], similarity float64[E]).
     """
     cfg = task["cfg"]
     num_perm = cfg["num_bands"] * cfg["rows_per_band"]
@@ -411,11 +438,20 @@ def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.n
     agree = np.concatenate([np.count_nonzero(signatures[a[s:s + _VERIFY_CHUNK]] ==
                                              signatures[b[s:s + _VERIFY_CHUNK]], axis=1)
                             for s in range(0, len(pairs), _VERIFY_CHUNK)])
-    return pairs, pairs[agree >= needed], agree[agree >= needed].astype(np.int64)
+    if cfg.get("verify", "signature") == "exact":
+        rows = _document_rows(task["paths"], nodes, ["text", "langid_lang"])  # handle order = nodes
+        langs = rows["langid_lang"].to_pylist() if "langid_lang" in rows.column_names else [None] * rows.num_rows
+        sets = document_shingle_sets(rows["text"].to_pylist(), langs, cfg)
+        similarity = np.array([exact_jaccard(sets[i], sets[j]) for i, j in zip(a, b)], np.float64)
+        passed = similarity >= cfg["jaccard_threshold"]
+    else:
+        similarity = agree / num_perm
+        passed = agree >= needed
+    return pairs, pairs[passed], similarity[passed]
 
 
 def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dict[str, Any],
-                         mapper=None) -> tuple[np.ndarray, np.ndarray, int]:
+                         mapper=None, paths: list[str] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """Driver: the verified near-duplicate edges of all band spill groups.
 
     Each group is independent (:func:`band_group_edges`), so ``mapper``
@@ -429,19 +465,19 @@ def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dic
         distinct candidate pairs. Independent of input order.
     """
     num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    tasks = [{"spill": str(spill), "group": k, "signatures": str(signature_dir), "cfg": cfg}
-             for k in range(groups)]
+    tasks = [{"spill": str(spill), "group": k, "signatures": str(signature_dir), "cfg": cfg,
+              "paths": list(paths or [])} for k in range(groups)]
     results = mapper(band_group_edges, tasks) if mapper else [band_group_edges(t) for t in tasks]
     candidates = [r[0] for r in results if len(r[0])]
     if not candidates:
         return np.empty((0, 2), np.int64), np.empty(0, np.float64), 0
     n_candidates = len(np.unique(np.concatenate(candidates), axis=0))
     all_edges = np.concatenate([r[1] for r in results])
-    all_agree = np.concatenate([r[2] for r in results])
+    all_similarity = np.concatenate([r[2] for r in results])
     if not len(all_edges):
         return np.empty((0, 2), np.int64), np.empty(0, np.float64), n_candidates
     unique, index = np.unique(all_edges, axis=0, return_index=True)
-    return unique, all_agree[index] / num_perm, n_candidates
+    return unique, all_similarity[index], n_candidates
 
 
 def _document_rows(paths: list[str], handles: np.ndarray, columns: list[str]) -> pa.Table:

@@ -444,3 +444,18 @@ def test_batch_normalization_equals_single_document():
              "ＡＢＣ ß ﬁ", "", "...", " x\t\ny "]
     assert dedup.near_normalize_batch(texts) == [dedup.near_normalize(dedup.exact_normalize(t)) for t in texts]
     assert dedup.line_normalize("Page 12 of 40.") == "page 00 of 00"
+
+
+@pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
+def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, survivors):
+    from stages.dedup_phases import document_shingle_sets, exact_jaccard
+
+    words = [f"word{i}" for i in range(40)]
+    a = " ".join(words)
+    b = " ".join(words[:38] + ["other", "words"])
+    sets = document_shingle_sets([a, b], ["en", "en"], Config().model_dump())
+    j = exact_jaccard(sets[0], sets[1])
+    assert j == pytest.approx(34 / 38)  # 36 word 5-grams each, 2 differ
+    _, out = _run(tmp_path, [[{"id": "d:1", "text": a, "lang": "en"}, {"id": "d:2", "text": b, "lang": "en"}]],
+                  verify="exact", jaccard_threshold=round(j + margin, 4))
+    assert len(_kept(out)) == survivors
