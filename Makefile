@@ -14,7 +14,7 @@ setup: $(STAMP) tools/bin/lmplz
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,cluster]'
+	$(BIN)/python -m pip install -q -e '.[dev,cluster,hf]'
 	touch $(STAMP)
 
 tools/bin/lmplz: tools/build_kenlm.sh | $(STAMP)

@@ -393,6 +393,12 @@ def _build(version, cfg, config_path, inputs, work, tmp, final, runlog: RunLog, 
             stage_outputs[name] = parts
             timings[name] = round(time.perf_counter() - t0, 2)
 
+    for src, facts in stage_reports["mixture"]["fit"].get("per_source", {}).items():
+        if facts.get("capped"):
+            runlog.event("warning", f"[mixture] WARNING source {src} is capped by mixture.max_epochs: target share "
+                         f"{facts.get('target_share', 0):.3f} after rescaling (its weight asked for more than "
+                         "max_epochs x its tokens)", source=src, facts=facts)
+
     # assemble
     t0 = time.perf_counter()
     if tmp.exists():

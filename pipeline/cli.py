@@ -88,7 +88,7 @@ def build(
         result = run_build(version, config, corpora_root, workers, strict=strict,
                            log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
     except (ConfigError, VersionExistsError, BuildError, FileNotFoundError, PartitionError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
     console.print(output_table(result.manifest))
@@ -307,7 +307,7 @@ def tokenizer_report(
     try:
         docs = read_corpus(corpus, max_chars)
     except FileNotFoundError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     report = run_report(named, docs)
     warnings = check_thresholds(report, max_byte_fallback_rate=max_byte_fallback_rate)

@@ -106,7 +106,7 @@ def funnel(manifest: dict[str, Any]) -> list[dict[str, Any]]:
             row["tokens"], row["tokens_estimated"] = natural_tokens, False
         else:
             row["tokens"], row["tokens_estimated"] = round(row["chars"] / chars_per_token), True
-    rows.append({"stage": "packed", "documents": manifest["packing"]["document_copies"]
+    rows.append({"stage": "packed (document copies)", "documents": manifest["packing"]["document_copies"]
                  if "packing" in manifest else None, "chars": None, "tokens": manifest["num_tokens"],
                  "tokens_estimated": False})
     return rows
@@ -191,8 +191,11 @@ def plot_funnel(versions: list[tuple[str, list[dict[str, Any]]]]) -> str:
     axes[1].set_title("characters after each stage (millions)")
     for ax in axes:
         ax.tick_params(axis="x", rotation=30)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
         ax.legend()
         ax.grid(alpha=0.3)
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -249,7 +252,8 @@ def plot_perplexity(vdir: Path, manifest: dict[str, Any]) -> str | None:
             ax.axvline(math.log10(thr), color="black")
         ax.set_title(f"{lang} (n={len(by_lang[lang])})")
         ax.set_xlabel("log10 perplexity")
-    fig.suptitle("perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold")
+    fig.suptitle("perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold", y=1.08)
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -295,7 +299,7 @@ def plot_mixture(versions: list[tuple[str, dict[str, Any]]]) -> str | None:
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC",sans-serif;margin:2em;max-width:1200px;color:#222}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+table{border-collapse:collapse;margin:.5em 0;max-width:100%}td{overflow-wrap:anywhere}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f4f4f4}td.l,th.l{text-align:left}details{margin:.2em 0 .2em 1em}
 pre{white-space:pre-wrap;background:#f8f8f8;padding:.4em;font-size:.85em;max-height:12em;overflow:auto}
 .est{color:#888}.warn{color:#a40}
@@ -463,7 +467,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
         run_rows.append([_e(x["version"]), f"<code>{_e(x.get('code_commit'))}</code>",
                          f"<code>{_e(x.get('config_hash', '')[:16])}</code>", _num(x.get("seed")),
                          _e(run.get("created_at")), _num(run.get("wall_seconds")),
-                         _e(json.dumps(run.get("stage_seconds", {}))), _e(json.dumps(run.get("peak_rss", {}))),
+                         "<br>".join(f"{_e(k)}: {v:,.1f}" for k, v in run.get("stage_seconds", {}).items()),
+                         "<br>".join(f"{_e(k)}: {v:,.0f}" for k, v in run.get("peak_rss", {}).items()),
                          _e(run.get("machine"))])
     parts.append(_table(["version", "code commit", "config hash", "seed", "created", "wall s", "seconds per stage",
                          "peak RSS (MB)", "machine"], run_rows))
