@@ -10,6 +10,7 @@ it.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -24,6 +25,28 @@ import pyarrow.parquet as pq
 from stages.base import KEEP, REASON, StageContext, read_kept
 
 PARQUET_OPTS = {"compression": "zstd", "compression_level": 3}
+
+
+def _gather(completions, total: int, on_done: Callable[[int, Any], None] | None) -> list[Any]:
+    """Collect ``(index, get_result)`` pairs in completion order: call
+    ``on_done`` for each success, let every task finish, then raise one
+    :class:`PartitionError` for all failures (a Ray task's error is unwrapped
+    to the exception the task raised)."""
+    results: list[Any] = [None] * total
+    errors: list[tuple[int, BaseException]] = []
+    for i, get in completions:
+        try:
+            results[i] = get()
+        except Exception as exc:  # noqa: BLE001 - re-raised below with the others
+            cause = getattr(exc, "cause", None)
+            errors.append((i, cause if isinstance(cause, BaseException) else exc))
+            continue
+        if on_done:
+            on_done(i, results[i])
+    if errors:
+        errors.sort(key=lambda e: e[0])
+        raise PartitionError(errors, total) from errors[0][1]
+    return results
 
 
 class PartitionError(RuntimeError):
@@ -85,36 +108,14 @@ class LocalExecutor:
                 ran to its end first, so their outputs are on disk for a re-run.
         """
         items = list(items)
-        results: list[Any] = [None] * len(items)
-        errors: list[tuple[int, BaseException]] = []
         if self.num_workers <= 1 or len(items) <= 1:
-            for i, x in enumerate(items):
-                try:
-                    results[i] = fn(x)
-                except Exception as exc:  # noqa: BLE001 - re-raised below with the others
-                    errors.append((i, exc))
-                    continue
-                if on_done:
-                    on_done(i, results[i])
-        else:
-            if self._pool is None:
-                self._pool = ProcessPoolExecutor(
-                    max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_die_with_parent)
-            futures = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                try:
-                    results[i] = fut.result()
-                except Exception as exc:  # noqa: BLE001
-                    errors.append((i, exc))
-                    continue
-                if on_done:
-                    on_done(i, results[i])
-        if errors:
-            errors.sort(key=lambda e: e[0])
-            raise PartitionError(errors, len(items)) from errors[0][1]
-        return results
+            return _gather(((i, functools.partial(fn, x)) for i, x in enumerate(items)), len(items), on_done)
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_die_with_parent)
+        futures = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
+        return _gather(((futures[f], f.result) for f in as_completed(futures)), len(items), on_done)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -216,24 +217,14 @@ class RayExecutor:
         fn_ref = ray.put(fn)  # functions, partials and bound methods alike
         refs = [self._task.remote(fn_ref, x) for x in items]
         index = {ref: i for i, ref in enumerate(refs)}
-        results: list[Any] = [None] * len(refs)
-        errors: list[tuple[int, BaseException]] = []
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            i = index[ready[0]]
-            try:
-                results[i] = ray.get(ready[0])
-            except Exception as exc:  # noqa: BLE001 - re-raised below with the others
-                cause = getattr(exc, "cause", None)
-                errors.append((i, cause if isinstance(cause, BaseException) else exc))
-                continue
-            if on_done:
-                on_done(i, results[i])
-        if errors:
-            errors.sort(key=lambda e: e[0])
-            raise PartitionError(errors, len(refs)) from errors[0][1]
-        return results
+
+        def completions():
+            pending = list(refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                yield index[ready[0]], functools.partial(ray.get, ready[0])
+
+        return _gather(completions(), len(refs), on_done)
 
     def close(self) -> None:
         pass  # the cluster outlives the build

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import html
 import io
-import json
 import math
 from collections import Counter
 from pathlib import Path

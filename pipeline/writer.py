@@ -28,13 +28,14 @@ MindSpore is imported inside the functions that need it, so that
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pipeline.manifest import sha256_file
 
 SHARD_DIR = "shards"
 COLUMN = "input_ids"
@@ -135,15 +136,6 @@ def validate_samples(samples: Any, min_width: int = 2) -> np.ndarray:
     if samples.min() < 0:
         raise ValueError("samples contain a negative token id")
     return np.ascontiguousarray(samples)
-
-
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    """Hex SHA-256 of a file, read in 4 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, header: int) -> None:
