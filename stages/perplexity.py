@@ -77,6 +77,13 @@ class Config(StageConfig):
             split ``head``/``middle``/``tail``; (33, 66) as CCNet.
         action: ``drop`` removes documents above threshold; ``annotate`` only
             adds the columns.
+        models: pre-built KenLM models (ARPA or binary, trained on word
+            tokens as :func:`tokenize` makes them, e.g. from another corpus),
+            by language; these languages are not trained from the reference.
+            Each file is loaded when the config is read, so an unreadable
+            model stops the build before any work, naming the file. Their
+            thresholds and buckets come from ``max_perplexity`` and from
+            scoring the reference documents of that language, if any.
         languages: restrict models to these ``langid_lang`` codes; None = every
             language with enough reference text.
         lmplz_memory: ``lmplz -S`` (sort memory: ``10%`` of RAM or a size such
@@ -130,6 +137,19 @@ class Config(StageConfig):
     sentencepiece_vocab_size: int = pydantic.Field(2000, ge=100)
     sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
     sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
+    models: dict[str, str] = {}
+
+    @pydantic.field_validator("models")
+    @classmethod
+    def _models_load(cls, value: dict[str, str]) -> dict[str, str]:
+        # Checked when the config is loaded, before any work: a path that is
+        # missing or not a KenLM ARPA/binary model stops the build here.
+        for lang, path in value.items():
+            try:
+                load_model(str(path))
+            except RuntimeError as exc:
+                raise ValueError(f"perplexity.models.{lang}: {exc}") from None
+        return value
 
     @pydantic.field_validator("order")
     @classmethod
@@ -647,6 +667,23 @@ class PerplexityStage(Stage):
         models: dict[str, Any] = {}
         facts: dict[str, Any] = {}
         skipped: dict[str, str] = {}
+        for lang, given in sorted(cfg.models.items()):
+            local = _publish(Path(given), work_dir / f"{lang}.binary")
+            model = load_model(str(local))
+            docs = by_lang.pop(lang, [])
+            words = load_tokenizer(None, lang)
+            values = sorted(v for v in (perplexity(*score_sentences(model, [t for t in words(d[3]) if t]))
+                                        for d in docs) if v is not None)
+            threshold = cfg.max_perplexity.get(lang)
+            if threshold is None and cfg.max_percentile is not None and values:
+                threshold = percentile(values, cfg.max_percentile)
+            cutoffs = [percentile(values, q) for q in cfg.bucket_percentiles] if values else None
+            models[lang] = {"model": local.name, "tokenizer_model": None, "threshold": threshold,
+                            "bucket_cutoffs": cutoffs}
+            facts[lang] = {"model_sha256": _sha256_file(local), "tokenizer_sha256": None,
+                           "given_model": str(given), "reference_docs": len(docs),
+                           "reference_chars": sum(d[2] for d in docs), "distribution": "given model, in-sample",
+                           "threshold": threshold, "bucket_cutoffs": cutoffs}
         for lang in sorted(by_lang):
             docs = by_lang[lang]
             chars = sum(d[2] for d in docs)
@@ -744,8 +781,11 @@ class PerplexityStage(Stage):
                 buckets.append(None)
                 reasons.append(None)
                 continue
-            low, high = entry["bucket_cutoffs"]
-            buckets.append(BUCKETS[(value > low) + (value > high)])
+            if entry["bucket_cutoffs"] is None:  # a given model without reference text
+                buckets.append(None)
+            else:
+                low, high = entry["bucket_cutoffs"]
+                buckets.append(BUCKETS[(value > low) + (value > high)])
             threshold = entry["threshold"]
             above = threshold is not None and value > threshold
             reasons.append(REASON_ABOVE_THRESHOLD if drop and above else None)

@@ -293,3 +293,31 @@ def test_sentencepiece_chinese_pieces_cover_the_text(tmp_path):
     assert "".join(pieces).replace("\u2581", " ").strip() == line == "我们明天去北京."
     assert 1 < len(pieces) < len(line)                        # multi-character pieces
     assert ppl.LineTokenizer("zh")([line]) == ["我们 明天 去 北京 ."]   # words path unchanged
+
+
+def test_given_model_file_is_checked_at_config_time(tmp_path):
+    bad = tmp_path / "zh.binary"
+    bad.write_bytes(b"not a kenlm model\n")
+    with pytest.raises(pydantic.ValidationError, match=r"perplexity\.models\.zh: .*zh\.binary"):
+        Config(reference_source="ref", models={"zh": str(bad)})
+    with pytest.raises(pydantic.ValidationError, match=r"perplexity\.models\.en: .*missing\.arpa"):
+        Config(reference_source="ref", models={"en": str(tmp_path / "missing.arpa")})
+
+
+def test_given_model_is_used_instead_of_training(tmp_path):
+    import kenlm
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _fit(tmp_path / "a")
+    given = tmp_path / "given-en.binary"
+    given.write_bytes((tmp_path / "a" / "work" / "en.binary").read_bytes())
+    stage, facts = _fit(tmp_path / "b", models={"en": str(given)})
+    assert facts["languages"]["en"]["given_model"] == str(given)
+    assert facts["languages"]["en"]["distribution"] == "given model, in-sample"
+    doc = "The cat sat on a red door."
+    out = stage.process(_table([(doc, "en")]))
+    model = kenlm.Model(str(given))
+    scores = [s[0] for s in model.full_scores("the cat sat on a red door .", bos=True, eos=True)]
+    assert out["perplexity_value"][0].as_py() == pytest.approx(10 ** (-sum(scores) / len(scores)), rel=1e-9)
+    assert out["perplexity_bucket"][0].as_py() in {"head", "middle", "tail"}
