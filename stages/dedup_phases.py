@@ -464,7 +464,6 @@ def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dic
         distinct edges sorted, their estimated Jaccard, and the number of
         distinct candidate pairs. Independent of input order.
     """
-    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
     tasks = [{"spill": str(spill), "group": k, "signatures": str(signature_dir), "cfg": cfg,
               "paths": list(paths or [])} for k in range(groups)]
     results = mapper(band_group_edges, tasks) if mapper else [band_group_edges(t) for t in tasks]
