@@ -16,6 +16,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.report import PLAN_DEFAULTS  # noqa: E402 - light: matplotlib is imported on use
+
+# Training-time plan options, shared by `inspect` and `report` (defaults: pipeline.report).
+PlanParams = Annotated[float, typer.Option(help="training plan: model parameters N")]
+PlanAccelerators = Annotated[int, typer.Option(help="training plan: accelerator count")]
+PlanPeak = Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")]
+PlanMfu = Annotated[float, typer.Option(help="training plan: model FLOPs utilization")]
+PlanOverhead = Annotated[float, typer.Option(help="training plan: planned / ideal time")]
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="mindcorpus: build, inspect and trace versioned MindRecord corpora.")
 # Wide enough for reason codes when output goes to a file or CI log.
@@ -119,11 +128,11 @@ def inspect(
     kept: Annotated[bool, typer.Option("--kept", help="examples of kept documents")] = False,
     seed: Annotated[int, typer.Option(help="sample seed")] = 0,
     chars: Annotated[int, typer.Option(help="characters of text shown per example")] = 400,
-    model_params: Annotated[float, typer.Option(help="training plan: model parameters N")] = 7e9,
-    accelerators: Annotated[int, typer.Option(help="training plan: accelerator count")] = 128,
-    peak_flops: Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")] = 400e12,
-    mfu: Annotated[float, typer.Option(help="training plan: model FLOPs utilization")] = 0.4,
-    overhead: Annotated[float, typer.Option(help="training plan: planned / ideal time")] = 1.3,
+    model_params: PlanParams = 7e9,
+    accelerators: PlanAccelerators = 128,
+    peak_flops: PlanPeak = PLAN_DEFAULTS["peak_flops"],
+    mfu: PlanMfu = PLAN_DEFAULTS["mfu"],
+    overhead: PlanOverhead = PLAN_DEFAULTS["overhead"],
 ) -> None:
     """Print a version's summary table and training-time plan (or its manifest
     with --json); with --stage, random dropped (or --kept) examples and their
@@ -183,11 +192,11 @@ def report(
     out: Annotated[Path | None, typer.Option(help="output file (default: <version>/report.html, or "
                                                   "reports/<V>-vs-<OTHER>.html with --compare)")] = None,
     corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
-    model_params: Annotated[float, typer.Option(help="training plan: model parameters N")] = 7e9,
-    accelerators: Annotated[int, typer.Option(help="training plan: accelerator count")] = 128,
-    peak_flops: Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")] = 400e12,
-    mfu: Annotated[float, typer.Option(help="training plan: model FLOPs utilization")] = 0.4,
-    overhead: Annotated[float, typer.Option(help="training plan: planned / ideal time")] = 1.3,
+    model_params: PlanParams = 7e9,
+    accelerators: PlanAccelerators = 128,
+    peak_flops: PlanPeak = PLAN_DEFAULTS["peak_flops"],
+    mfu: PlanMfu = PLAN_DEFAULTS["mfu"],
+    overhead: PlanOverhead = PLAN_DEFAULTS["overhead"],
 ) -> None:
     """(Re)build a version's self-contained report.html, optionally against another version."""
     from pipeline.config import REPO_ROOT
