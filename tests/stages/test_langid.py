@@ -90,6 +90,57 @@ def test_traditional_chinese_script(tmp_path):
     assert langid.chinese_script("abc") is None
 
 
+def test_script_counts_characters_valid_in_both_scripts_only_to_break_ties():
+    # A Traditional Shijing ode: 于 and 采 are also Simplified forms (of 於, 採),
+    # but valid Traditional characters too; 詩經 and 國風 decide.
+    shijing = "詩經 國風 周南 芣苢：采采芣苢，薄言采之。于以采蘩，于沼于沚。"
+    assert langid.chinese_script(shijing) == "Hant"
+    # A Tang couplet with only 云 and 里 (Simplified for 雲, 裏; also valid
+    # Traditional characters): weak evidence, still Simplified.
+    assert langid.chinese_script("漠漠秋云起，稍稍夜寒生。万里") == "Hans"
+    assert langid.chinese_script("於是乾杯") == "Hant"       # weak Traditional only
+    # Strong evidence outweighs weak: 1 Simplified-only (国) vs 3 weak Traditional (於).
+    assert langid.chinese_script("国於於於") == "Hans"
+    # A strong tie (国 vs 國) is broken by the weak characters (于 云: Simplified).
+    assert langid.chinese_script("國于云国") == "Hans"
+    assert langid.chinese_script("國国") is None
+
+
+def test_script_handles_characters_outside_the_bmp():
+    # 𠀾 (U+2003E) is Simplified-only, 𠁞 (U+2005E) its Traditional form.
+    assert langid.chinese_script("𠀾𠀾𠁞") == "Hans"
+    assert langid.chinese_script("𠁞𠁞𠀾😀") == "Hant"
+    assert langid.chinese_script("𠀀😀") is None              # astral, but neither set
+
+
+def test_script_tables_match_opencc_dictionaries(tmp_path, monkeypatch):
+    """The committed stages/data/zh_script_chars.json is what the generator
+    makes from the installed OpenCC dictionaries."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_zh_script_chars", Path(langid.__file__).parents[1] / "scripts" / "make_zh_script_chars.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    committed = json.loads(gen.OUT.read_text("utf-8"))
+    monkeypatch.setattr(gen, "OUT", tmp_path / "chars.json")
+    gen.main()
+    fresh = json.loads((tmp_path / "chars.json").read_text("utf-8"))
+    assert fresh == committed
+    assert len(committed["hans_only"]) == 3801 and len(committed["hant_only"]) == 3198
+    assert "发" in committed["hans_only"] and "發" in committed["hant_only"]
+    assert "于" in committed["hans_weak"] and "于" not in committed["hans_only"]
+
+
+def test_identify_many_equals_identify_one_by_one():
+    config = Config()
+    texts = [ENGLISH, "", "\n\n".join(CHINESE_LINES) + "\n\nClick here.", TRADITIONAL, "12345",
+             "Das ist ein kurzer deutscher Satz über das Wetter."]
+    assert langid.identify_many(texts, config) == [langid.identify(t, config) for t in texts]
+    assert langid.identify_many([], config) == []
+    assert langid.identify_many(["", "!!"], config) == [[], []]
+
+
 @pytest.mark.parametrize("text", ["", " \n\t \r\n ", "1234567890", "中", "!!! ... ???", "１２３４５６７８９０",
                                   "🙂🙂🙂🙂🙂🙂🙂🙂🙂🙂🙂🙂"])
 def test_unknown_without_calling_the_model(tmp_path, monkeypatch, text):
