@@ -519,9 +519,8 @@ def ngram_stats_batch(word_lists: list[list[str]]) -> list[dict[str, float | Non
     """
     out: list[dict[str, float | None]] = []
     for words in word_lists:
-        chars = sum(map(len, words))
-        out.append({(f"top_{n}gram_char_share" if n <= 4 else f"duplicate_{n}gram_char_share"):
-                    (None if len(words) < n or chars == 0 else 0.0) for n in range(2, 11)})
+        size = len(words) if any(words) else 0
+        out.append({name: (None if size < n else 0.0) for n, name in _NGRAM_NAMES})
     sel = [i for i, words in enumerate(word_lists) if len(words) >= 2]
     if not sel:
         return out
@@ -572,10 +571,15 @@ def ngram_stats_batch(word_lists: list[list[str]]) -> list[dict[str, float | Non
             covered = np.cumsum(cover[:total]) > 0
             share = np.add.reduceat(np.where(covered, lengths, 0), starts) / np.maximum(word_chars, 1)
             name = f"duplicate_{n}gram_char_share"
-        for j, i in enumerate(sel):
-            if out[i][name] is not None:
-                out[i][name] = float(share[j])
+        for i, value in zip(sel, share.tolist()):
+            doc = out[i]
+            if doc[name] is not None:
+                doc[name] = value
     return out
+
+
+_NGRAM_NAMES = [(n, f"top_{n}gram_char_share" if n <= 4 else f"duplicate_{n}gram_char_share")
+                for n in range(2, 11)]
 
 
 def _dense(values: np.ndarray) -> np.ndarray:
