@@ -126,6 +126,14 @@ class Thresholds(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
+    @pydantic.model_validator(mode="after")
+    def _not_negative(self) -> "Thresholds":
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} = {value} is negative")
+        return self
+
     # gopher_quality
     min_chars: int | None = None
     min_words: int | None = None
@@ -325,6 +333,13 @@ class Config(StageConfig):
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
                                     "cjk", "code"]] = []
     bad_words: dict[str, list[str]] = {}
+
+    @pydantic.field_serializer("thresholds")
+    def _only_given(self, thresholds: dict[str, Thresholds]) -> dict[str, dict[str, Any]]:
+        """Serialize only the fields each override gives: the stage config
+        travels to workers as JSON, and an override read back with every
+        field present would turn off every rule it does not name."""
+        return {lang: t.model_dump(exclude_unset=True) for lang, t in thresholds.items()}
 
     def for_language(self, lang: str | None) -> Thresholds:
         """The effective thresholds for documents of language ``lang``.

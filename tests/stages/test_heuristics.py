@@ -320,3 +320,32 @@ def test_stage_columns_hold_every_value():
     zh = out.to_pylist()[0]
     assert zh["heuristics_stop_word_count"] >= 50 and zh["heuristics_unbroken_run"] < 40
     assert out.schema.field("heuristics_unbroken_run").type == pa.int64()
+
+
+def test_overrides_survive_the_json_trip_to_the_workers(tmp_path):
+    """A build sends each stage config to its workers as JSON
+    (pipeline.executor._stage). An override must still change only the
+    fields it names there: the shipped config overrides two zh fields and
+    must keep the other 25 zh rules on."""
+    import yaml
+
+    from pipeline.config import REPO_ROOT
+    from pipeline.executor import _stage
+
+    section = yaml.safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())["heuristics"]
+    config = Config(**section)
+    ctx = StageContext(work_dir=tmp_path, cache_dir=tmp_path, seed=0, tools_dir=tmp_path)
+    rebuilt = _stage("heuristics", config.model_dump_json(), ctx).config
+    for lang in ("zh", "en", "ja", "de", "code", "xx", None):
+        assert rebuilt.for_language(lang) == config.for_language(lang), lang
+    zh = rebuilt.for_language("zh")
+    assert len(H.active_rules(zh)) == 27
+    assert (zh.max_duplicate_5gram_char_share, zh.min_stop_words, zh.min_words,
+            zh.long_document_min_words) == (0.25, None, 5, 50)
+    assert config.model_dump()["thresholds"]["zh"] == {
+        "min_stop_words": None, "max_duplicate_5gram_char_share": 0.25}
+
+
+def test_negative_thresholds_are_rejected():
+    with pytest.raises(pydantic.ValidationError, match="min_words = -5 is negative"):
+        Config(thresholds={"zh": {"min_words": -5}})
