@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 import pydantic
 
 from stages.base import Stage, StageConfig, with_decision
-from stages.text import CJK_LANGS, words_fast
+from stages.text import CJK_LANGS, PARAGRAPH_BREAK_RE, words_fast
 
 FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk", "code")
 
@@ -464,8 +464,9 @@ class Document:
 
     @cached_property
     def paragraphs(self) -> list[str]:
-        """Paragraphs (runs of non-blank lines), stripped."""
-        return [p.strip() for p in re.split(r"\n[ \t\r\f\v]*\n", self.text) if p.strip()]
+        """Paragraphs (runs of non-blank lines; any line break, see
+        :data:`stages.text.PARAGRAPH_BREAK_RE`), stripped."""
+        return [p.strip() for p in PARAGRAPH_BREAK_RE.split(self.text) if p.strip()]
 
     @cached_property
     def line_duplicates(self) -> tuple[float | None, float | None]:
@@ -958,9 +959,10 @@ class HeuristicsStage(Stage):
     def process(self, table: pa.Table) -> pa.Table:
         """Measure and decide every document of ``table`` (n rows)."""
         config: Config = self.config
-        texts = table.column("text").to_pylist()
+        text_column = pc.fill_null(table.column("text"), "")
+        texts = text_column.to_pylist()
         langs = table.column("langid_lang").to_pylist()
-        counts = batch_counts(table.column("text"))
+        counts = batch_counts(text_column)
         by_lang: dict[str | None, tuple[Thresholds, frozenset[str]]] = {}
         columns: dict[str, list] = {name: [None] * len(texts) for name in VALUES}
         reasons: list[str | None] = []

@@ -233,11 +233,12 @@ def tokenize(line: str, lang: str | None) -> list[str]:
 
 
 def normalized_lines(text: str) -> list[str]:
-    """The :func:`normalize`-d lines of a document (split on ``\\n``), without
-    lines that are empty or whitespace-only after normalization (blank lines
-    are layout, not text)."""
+    """The :func:`normalize`-d lines of a document, without lines that are
+    empty or whitespace-only after normalization (blank lines are layout, not
+    text). Any line break splits (``str.splitlines``: LF, CRLF, CR, U+2028...),
+    as in the langid and heuristics stages."""
     out = []
-    for line in text.split("\n"):
+    for line in text.splitlines():
         line = normalize(line)
         if line.strip():
             out.append(line)

@@ -30,6 +30,14 @@ CJK_CHAR_CLASS = (
     "\U00020000-\U000323af"
 )
 _CJK_RE = re.compile(f"[{CJK_CHAR_CLASS}]")
+# A paragraph break: a line break, then one or more blank (whitespace-only)
+# lines. Line breaks are those of str.splitlines (LF, CRLF, CR, VT, FF,
+# FS/GS/RS, NEL, U+2028, U+2029). Written as one literal per branch: re then
+# scans for the first character with a fast character-set test (~20% faster
+# than a class); \r\n is one break, never a break and a blank line.
+_BREAK = r"(?:\r\n|\r(?!\n)|\n|\x0b|\x0c|\x1c|\x1d|\x1e|\x85|\u2028|\u2029)"
+PARAGRAPH_BREAK_RE = re.compile(
+    rf"{_BREAK}(?:[^\S\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*{_BREAK})+")
 # A word for space-separated languages: a run of letters/digits/marks
 # (apostrophes and hyphens inside a word kept), or a single CJK character.
 _WORD_RE = re.compile(rf"[{CJK_CHAR_CLASS}]|[^\W_{CJK_CHAR_CLASS}](?:[^\W{CJK_CHAR_CLASS}]|['’\-](?=\w))*")

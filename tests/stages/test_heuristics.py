@@ -349,3 +349,15 @@ def test_overrides_survive_the_json_trip_to_the_workers(tmp_path):
 def test_negative_thresholds_are_rejected():
     with pytest.raises(pydantic.ValidationError, match="min_words = -5 is negative"):
         Config(thresholds={"zh": {"min_words": -5}})
+
+
+def test_paragraphs_split_on_every_line_break_and_null_text_is_empty(tmp_path):
+    for sep in ("\n\n", "\r\n\r\n", "\r\r", "\u2028\u2028", "\u2029\u2029", "\n \t\n"):
+        doc = Document(sep.join(["a b c", "a b c", "d e f"]), "en")
+        assert doc.paragraphs == ["a b c", "a b c", "d e f"], repr(sep)
+        assert doc.paragraph_duplicates[0] == pytest.approx(1 / 3)
+    assert Document("a b c\r\na b c", "en").paragraphs == ["a b c\r\na b c"]   # one line break
+    ctx = StageContext(work_dir=tmp_path, cache_dir=tmp_path, seed=0, tools_dir=tmp_path)
+    out = HeuristicsStage(Config(), ctx).process(pa.table({
+        "id": ["0", "1"], "text": pa.array([None, "hello world"], pa.string()), "langid_lang": ["zh", "zh"]}))
+    assert out.column("reason").to_pylist() == ["heuristics.min_chars", "heuristics.min_words"]

@@ -200,3 +200,15 @@ def test_config_rejects_unknown_keys_and_bad_scores():
 def test_deterministic(tmp_path):
     texts = [ENGLISH, "\n".join(CHINESE_LINES), TRADITIONAL, "Das ist ein kurzer deutscher Satz."]
     assert _run(tmp_path, texts) == _run(tmp_path, texts)
+
+
+def test_full_width_english_is_english_and_surrogates_do_not_break_the_model():
+    config = Config()
+    full_width = "Ｔｈｉｓ ｉｓ ａ ｆｕｌｌ－ｗｉｄｔｈ Ｅｎｇｌｉｓｈ ｓｅｎｔｅｎｃｅ ａｂｏｕｔ ｔｈｅ ｗｅａｔｈｅｒ ｔｏｄａｙ．"
+    # lid.176 on the raw full-width text says Kannada (kn 0.74).
+    assert langid.identify(full_width, config)[0][0] == "en"
+    # letters and digits become ASCII; full-width punctuation stays (a Chinese cue)
+    assert langid.model_text("Ｅｎｇｌｉｓｈ１２，中文（注）") == "English12，中文（注）\n"
+    assert langid.model_text("\ud800abc") == "\ufffdabc\n"
+    top = langid.identify("\ud800" * 20 + "This is an English sentence about the weather.", config)
+    assert top[0][0] == "en"

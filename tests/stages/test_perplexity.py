@@ -321,3 +321,9 @@ def test_given_model_is_used_instead_of_training(tmp_path):
     scores = [s[0] for s in model.full_scores("the cat sat on a red door .", bos=True, eos=True)]
     assert out["perplexity_value"][0].as_py() == pytest.approx(10 ** (-sum(scores) / len(scores)), rel=1e-9)
     assert out["perplexity_bucket"][0].as_py() in {"head", "middle", "tail"}
+
+
+def test_every_line_break_splits_lines():
+    expected = ["hello", "world foo", "bar"]
+    for sep in ("\n", "\r\n", "\r", "\u2028", "\u2029", "\x85"):
+        assert ppl.normalized_lines(f"Hello{sep}World foo{sep}{sep}bar") == expected, repr(sep)
