@@ -393,6 +393,11 @@ def _build(version, cfg, config_path, inputs, work, tmp, final, runlog: RunLog, 
             stage_outputs[name] = parts
             timings[name] = round(time.perf_counter() - t0, 2)
 
+    ppl_fit = (stage_reports.get("perplexity") or {}).get("fit") or {}
+    for lang, why in sorted((ppl_fit.get("skipped") or {}).items()):
+        runlog.event("warning", f"[perplexity] WARNING language {lang}: no model ({why}); its documents are "
+                     "kept without a perplexity or bucket (give more reference text or perplexity.models)",
+                     language=lang, reason=why)
     for src, facts in stage_reports["mixture"]["fit"].get("per_source", {}).items():
         if facts.get("capped"):
             runlog.event("warning", f"[mixture] WARNING source {src} is capped by mixture.max_epochs: target share "

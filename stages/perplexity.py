@@ -689,7 +689,7 @@ class PerplexityStage(Stage):
             docs = by_lang[lang]
             chars = sum(d[2] for d in docs)
             if chars < cfg.min_reference_chars:
-                skipped[lang] = f"{chars} reference chars < min_reference_chars"
+                skipped[lang] = f"{chars:,} reference chars < min_reference_chars {cfg.min_reference_chars:,}"
                 continue
             lines = [s for d in docs for s in d[3]]
             model_path, sp_path = train_language_model(lines, lang, cfg, self.ctx.tools_dir,

@@ -64,8 +64,18 @@ def tiny(tmp_path_factory):
     }
     (root / "tiny.yaml").write_text(yaml.safe_dump(cfg))
     corpora = root / "corpora"
-    first = build("t1", root / "tiny.yaml", corpora, log=lambda m: None)
-    return {"root": root, "corpora": corpora, "result": first}
+    lines: list[str] = []
+    first = build("t1", root / "tiny.yaml", corpora, log=lines.append)
+    return {"root": root, "corpora": corpora, "result": first, "log": lines}
+
+
+def test_languages_without_a_perplexity_model_are_warned_about(tiny):
+    skipped = tiny["result"].manifest["stages"]["perplexity"]["fit"]["skipped"]
+    assert skipped        # the 45 reference pages leave some language under min_reference_chars
+    warnings = [line for line in tiny["log"] if line.startswith("[perplexity] WARNING")]
+    assert warnings == [f"[perplexity] WARNING language {lang}: no model ({why}); its documents are kept "
+                        "without a perplexity or bucket (give more reference text or perplexity.models)"
+                        for lang, why in sorted(skipped.items())]
 
 
 def test_version_layout_and_accounting(tiny):
