@@ -32,6 +32,14 @@ console = Console(width=None if sys.stdout.isatty() else 110)
 err = Console(stderr=True)
 
 
+def _error(message: str) -> None:
+    """Print ``error: message`` to stderr; the message is plain text (rich
+    markup in it, e.g. ``[bold]`` in a path, is printed as written)."""
+    from rich.text import Text
+
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
+
+
 def _corpora_root(root: Path | None) -> Path:
     from pipeline.config import REPO_ROOT
 
@@ -97,7 +105,7 @@ def build(
         result = run_build(version, config, corpora_root, workers, strict=strict,
                            log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
     except (ConfigError, VersionExistsError, BuildError, FileNotFoundError, PartitionError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        _error(f"{exc}")
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
     console.print(output_table(result.manifest))
@@ -111,7 +119,7 @@ def _version_dir(version: str, corpora_root: Path | None) -> Path:
     if not (path / "manifest.json").exists():
         path = _corpora_root(corpora_root) / version
     if not (path / "manifest.json").exists():
-        err.print(f"[bold red]error:[/] no corpus version {version!r} (looked for {path}/manifest.json)")
+        _error(f"no corpus version {version!r} (looked for {path}/manifest.json)")
         raise typer.Exit(2)
     return path
 
@@ -146,7 +154,7 @@ def inspect(
         try:
             rows = sample_examples(vdir, stage, reason, n, kept, seed)
         except ValueError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+            _error(f"{exc}")
             raise typer.Exit(2) from None
         if as_json:
             print(json.dumps(rows, indent=2, ensure_ascii=False))
@@ -233,7 +241,7 @@ def lineage(
 
     vdir = _version_dir(version, corpora_root)
     if (step is None) == (doc is None):
-        err.print("[bold red]error:[/] give exactly one of --step N or --doc ID")
+        _error("give exactly one of --step N or --doc ID")
         raise typer.Exit(2)
     try:
         if doc is not None:
@@ -243,7 +251,7 @@ def lineage(
             result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
                                       text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
     except ValueError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=False)
+        _error(f"{exc}")
         raise typer.Exit(2) from None
     if as_json:
         print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
@@ -310,13 +318,13 @@ def tokenizer_report(
         path = Path(path)
         name = name or (path.parent.name if path.name == "tokenizer.json" else path.stem)
         if not path.is_file() or name in named:
-            err.print(f"[bold red]error:[/] tokenizer {spec!r}: no such file, or a repeated name")
+            _error(f"tokenizer {spec!r}: no such file, or a repeated name")
             raise typer.Exit(2)
         named[name] = path
     try:
         docs = read_corpus(corpus, max_chars)
     except FileNotFoundError as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        _error(f"{exc}")
         raise typer.Exit(2) from None
     report = run_report(named, docs)
     warnings = check_thresholds(report, max_byte_fallback_rate=max_byte_fallback_rate)

@@ -79,7 +79,8 @@ _ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\s\p{P}\x21-\x7e]"
 # Escape and markup residue: JSON/C escapes left as text (\u00e9, \x41, a
 # literal \n), HTML entities, HTML tags.
 _RESIDUE_RE2 = (
-    r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\[nrt]"
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0e-\x1f\x7f]"
+    r"|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\[nrt]"
     r"|&(?:amp|lt|gt|quot|apos|nbsp|#[0-9]{2,6}|#[xX][0-9a-fA-F]{2,5});"
     r"|</?(?:div|span|p|br|a|img|table|tr|td|th|li|ul|ol|script|style|font|b|i|h[1-6])\b[^<>]{0,200}>")
 # A line that looks like program code (C-family, Python, shell, SQL): the
@@ -754,8 +755,10 @@ def unbroken_run(doc: Document) -> int:
 
 def residue_per_kchar(doc: Document) -> float | None:
     """Escape and markup residue per 1,000 characters: ``\\uXXXX``, ``\\xXX``,
-    literal ``\\n``/``\\r``/``\\t``, HTML entities (``&amp;``, ``&#39;``)
-    and HTML tags (``<div>``, ``</p>``, ``<br/>``)."""
+    literal ``\\n``/``\\r``/``\\t``, HTML entities (``&amp;``, ``&#39;``),
+    HTML tags (``<div>``, ``</p>``, ``<br/>``), terminal escape sequences
+    (``ESC[31m``, one each) and other C0 control characters (not tab, line
+    breaks or form feed; none occurs in /work/shared/corpus)."""
     return _ratio(1000 * doc.counts["residue"], len(doc.text))
 
 

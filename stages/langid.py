@@ -239,7 +239,12 @@ def identify_many(texts: list[str], config: Config) -> list[list[tuple[str, floa
     Returns:
         one list per document; empty, without calling the model, for a
         document that has no segment.
+
+    Raises:
+        TypeError: ``texts`` is one ``str``, or holds something not a ``str``.
     """
+    if isinstance(texts, str):
+        raise TypeError("identify_many takes a list of texts, not one str")
     per_doc = [segments(text, config.min_chars, config.max_segment_chars, config.max_segments)
                for text in texts]
     flat = [model_text(seg) for segs in per_doc for seg, _ in segs]

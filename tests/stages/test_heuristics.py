@@ -361,3 +361,9 @@ def test_paragraphs_split_on_every_line_break_and_null_text_is_empty(tmp_path):
     out = HeuristicsStage(Config(), ctx).process(pa.table({
         "id": ["0", "1"], "text": pa.array([None, "hello world"], pa.string()), "langid_lang": ["zh", "zh"]}))
     assert out.column("reason").to_pylist() == ["heuristics.min_chars", "heuristics.min_words"]
+
+
+def test_terminal_escapes_and_control_characters_are_residue():
+    doc = Document("\x1b[31mred\x1b[0m text \x01\x07 and \\u00e9 here", "en")
+    assert doc.counts["residue"] == 5      # 2 escape sequences, 2 controls, 1 \u00e9
+    assert Document("plain\ttext\x0cpage\r\nnext\x0bline\n", "en").counts["residue"] == 0
