@@ -75,7 +75,10 @@ _BREAK_RE2 = r"[\s\p{P}\p{S}]+"
 # Characters that are neither letters, marks, digits, whitespace, punctuation
 # nor printable ASCII: non-ASCII symbols (box drawing, emoji, math, dingbats),
 # private-use, unassigned and control characters.
-_ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\s\p{P}\x21-\x7e]"
+# Whitespace as str.isspace sees it: RE2's \s is ASCII only, so the Unicode
+# separators (\p{Z}: U+3000 ideographic space, NBSP, U+2028/2029) and the
+# other control-character line breaks are listed.
+_ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\p{Z}\p{P}\t\n\x0b\x0c\r\x1c-\x1f\x85\x21-\x7e]"
 # Escape and markup residue: JSON/C escapes left as text (\u00e9, \x41, a
 # literal \n), HTML entities, HTML tags.
 _RESIDUE_RE2 = (
@@ -131,8 +134,8 @@ class Thresholds(pydantic.BaseModel):
     def _not_negative(self) -> "Thresholds":
         for name in type(self).model_fields:
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} = {value} is negative")
+            if value is not None and not value >= 0:      # also NaN
+                raise ValueError(f"{name} = {value} is negative or NaN")
         return self
 
     # gopher_quality
@@ -401,10 +404,18 @@ def _unbroken_runs(texts: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return out
 
 
-def _count(pattern: str) -> Callable[[pa.ChunkedArray | pa.Array], np.ndarray]:
+def _count(pattern: str, by_line: bool = False) -> Callable[[pa.ChunkedArray | pa.Array], np.ndarray]:
+    """Matches of an RE2 ``pattern`` per text. ``by_line``: every line break
+    (CR, CRLF, U+2028...) is made ``\\n`` first, since RE2's ``(?m)`` knows
+    only ``\\n``."""
     def count(texts):
+        if by_line:
+            texts = pc.replace_substring_regex(texts, _LINE_BREAK_RE2, "\n")
         return pc.count_substring_regex(texts, pattern).to_numpy(zero_copy_only=False)
     return count
+
+
+_LINE_BREAK_RE2 = r"\r\n|[\r\x0b\x0c\x1c-\x1e\x{85}\x{2028}\x{2029}]"
 
 
 # Measurements computed for a whole partition at once (Arrow RE2 kernels):
@@ -413,7 +424,7 @@ BATCH_COUNTS: dict[str, Callable[[pa.ChunkedArray | pa.Array], np.ndarray]] = {
     "unbroken_run": _unbroken_runs,
     "abnormal_chars": _count(_ABNORMAL_RE2),
     "residue": _count(_RESIDUE_RE2),
-    "code_lines": _count(_CODE_LINE_RE2),
+    "code_lines": _count(_CODE_LINE_RE2, by_line=True),
     "lorem_ipsum": _count(_LOREM_RE2),
     "mojibake_fixed": _count(_MOJIBAKE_FIXED_RE2),
     "mojibake_suspect": _count(_MOJIBAKE_SUSPECT_CLASS),
@@ -740,8 +751,11 @@ def short_line_fraction(doc: Document) -> float | None:
 
 
 def newline_word_ratio(doc: Document) -> float | None:
-    """Line breaks per word (FineWeb's ``new_line_ratio``); None without words."""
-    return _ratio(doc.text.count("\n"), len(doc.words))
+    """Line breaks per word (FineWeb's ``new_line_ratio``; any line break:
+    LF, CRLF, CR, U+2028...); None without words."""
+    pieces = doc.text.splitlines(True)
+    breaks = len(pieces) - (1 if pieces and pieces[-1].splitlines() == [pieces[-1]] else 0)
+    return _ratio(breaks, len(doc.words))
 
 
 # ------------------------------------------------------------------------ cjk

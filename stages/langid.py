@@ -31,7 +31,7 @@ import pyarrow as pa
 import pydantic
 
 from stages.base import Stage, StageConfig, with_decision
-from stages.text import PARAGRAPH_BREAK_RE
+from stages.text import FULL_WIDTH_ALNUM, PARAGRAPH_BREAK_RE
 
 # lid.176 labels merged into one code; the script is recorded separately.
 CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
@@ -41,8 +41,7 @@ CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
 SCRIPT_SAMPLE_CHARS = 4096
 _LABEL_PREFIX = "__label__"
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
-_FULL_WIDTH_ALNUM = {cp: cp - 0xFEE0 for lo, hi in ((0xFF10, 0xFF19), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A))
-                     for cp in range(lo, hi + 1)}
+_FULL_WIDTH_ALNUM = FULL_WIDTH_ALNUM
 # lid.176 label -> our language code, filled as labels are seen.
 _LABEL_CODES: dict[str, str] = {}
 
@@ -243,8 +242,8 @@ def identify_many(texts: list[str], config: Config) -> list[list[tuple[str, floa
     Raises:
         TypeError: ``texts`` is one ``str``, or holds something not a ``str``.
     """
-    if isinstance(texts, str):
-        raise TypeError("identify_many takes a list of texts, not one str")
+    if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+        raise TypeError("identify_many takes a list of str")
     per_doc = [segments(text, config.min_chars, config.max_segment_chars, config.max_segments)
                for text in texts]
     flat = [model_text(seg) for segs in per_doc for seg, _ in segs]
@@ -265,7 +264,8 @@ def identify_many(texts: list[str], config: Config) -> list[list[tuple[str, floa
                 scores[code] = scores.get(code, 0.0) + prob * weight
             at += 1
         ranked = sorted(scores.items(), key=lambda cs: (-cs[1], cs[0]))[: config.top_k]
-        out.append([(code, score / total) for code, score in ranked])
+        # min: the summed zh/yue/wuu probabilities can exceed 1 by float rounding
+        out.append([(code, min(score / total, 1.0)) for code, score in ranked])
     return out
 
 

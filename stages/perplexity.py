@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pydantic
 
 from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
@@ -766,7 +767,7 @@ class PerplexityStage(Stage):
         values: list[float | None] = []
         buckets: list[str | None] = []
         reasons: list[str | None] = []
-        for text, lang in zip(table["text"].to_pylist(), table["langid_lang"].to_pylist()):
+        for text, lang in zip(pc.fill_null(table["text"], "").to_pylist(), table["langid_lang"].to_pylist()):
             entry = languages.get(lang) if lang is not None else None
             value = None
             if entry is not None:

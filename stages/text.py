@@ -30,6 +30,11 @@ CJK_CHAR_CLASS = (
     "\U00020000-\U000323af"
 )
 _CJK_RE = re.compile(f"[{CJK_CHAR_CLASS}]")
+# Full-width Latin letters and digits (U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A)
+# -> ASCII, one character for one (lengths and offsets are unchanged). jieba
+# splits "２０２４" into four words and stop-word lists are ASCII.
+FULL_WIDTH_ALNUM = {cp: cp - 0xFEE0 for lo, hi in ((0xFF10, 0xFF19), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A))
+                    for cp in range(lo, hi + 1)}
 # A paragraph break: a line break, then one or more blank (whitespace-only)
 # lines. Line breaks are those of str.splitlines (LF, CRLF, CR, VT, FF,
 # FS/GS/RS, NEL, U+2028, U+2029). Written as one literal per branch: re then
@@ -69,12 +74,16 @@ def words(text: str, lang: str | None) -> list[str]:
         lang: the document language code (``zh``, ``en``, ...), or None.
 
     Returns:
-        Words as strings. For ``zh``/``yue``/``wuu`` the words come from the
+        Words as strings; full-width letters and digits are given as their
+        ASCII forms (``２０２４`` is one word ``2024``, as in half-width
+        text). For ``zh``/``yue``/``wuu`` the words come from the
         rjieba segmenter (so ``"我们今天去北京"`` gives ``["我们", "今天", "去",
         "北京"]``); for other CJK languages each CJK character is one word; for
         everything else words are runs of letters and digits, with a CJK
         character inside such text counted as one word each.
     """
+    if not text.isascii():
+        text = text.translate(FULL_WIDTH_ALNUM)
     if lang in ("zh", "yue", "wuu"):
         return [w for w in _rjieba().cut(text) if _is_word(w)]
     return _WORD_RE.findall(text)
@@ -107,6 +116,8 @@ def words_fast(text: str, lang: str | None) -> list[str]:
     block boundary, so the words do not change) and the non-word filter is one
     compiled regex search per token instead of a Python loop per character.
     """
+    if not text.isascii():
+        text = text.translate(FULL_WIDTH_ALNUM)
     if lang in ("zh", "yue", "wuu"):
         return [w for w in _rjieba().cut(" ".join(text.split())) if _ALNUM_SEARCH(w)]
     return _WORD_FAST_RE.findall(text)

@@ -110,10 +110,34 @@ def test_default_presets_drop_empty_text(text):
 
 def test_full_width_digits_and_letters():
     doc = Document("ＡＢＣ　１２３　ｄｅｆ", "en")
-    assert doc.words == ["ＡＢＣ", "１２３", "ｄｅｆ"]
+    assert doc.words == ["ABC", "123", "def"]         # words in their ASCII forms
     assert H.alpha_word_share(doc) == pytest.approx(2 / 3)
     assert H.alnum_char_share(doc) == pytest.approx(9 / 11)
     assert H.mean_word_length(doc) == 3.0
+    assert H.abnormal_char_share(doc) == 0.0           # U+3000 is whitespace
+    # jieba would split full-width digits into one word per character
+    zh = Document("２０２４年１２月３１日，我们在北京召开了第１２３次会议。", "zh")
+    assert zh.words[:6] == ["2024", "年", "12", "月", "31", "日"] and len(zh.words) == 15
+    assert H.stop_word_count(Document("Ｔｈｅ ｃａｔ ａｎｄ ｔｈｅ ｄｏｇ ｗｅｎｔ ｔｏ ｔｈｅ ｐａｒｋ", "en")) == 5
+
+
+def test_unicode_whitespace_is_not_abnormal_and_every_line_break_counts():
+    indented = "　　他走进房间，看了看四周。\n　　房间里没有人。\n　　他坐下来，开始等待。"
+    assert H.abnormal_char_share(Document(indented, "zh")) == 0.0
+    assert H.abnormal_char_share(Document("a\u00a0b\u2028c\u2029d", "en")) == 0.0
+    assert H.abnormal_char_share(Document("a ─│┼ b", "en")) == pytest.approx(3 / 7)
+    code = ("Hier ist ein Beispiel für die Konfiguration der Anwendung:\nint main() {\n  int x = 0;\n"
+            "  if (x == 1) {\n    return 1;\n  }\n  printf(\"%d\", x);\n  return 0;\n}\n")
+    for sep in ("\n", "\r", "\r\n", "\u2028"):
+        doc = Document(code.replace("\n", sep), "de")
+        assert H.VALUES["code_line_fraction"](doc) == pytest.approx(8 / 9), repr(sep)
+        assert H.newline_word_ratio(doc) == pytest.approx(9 / 24), repr(sep)
+    assert H.newline_word_ratio(Document("a b\nc", "en")) == pytest.approx(1 / 3)
+
+
+def test_nan_threshold_is_rejected():
+    with pytest.raises(pydantic.ValidationError, match="is negative or NaN"):
+        Thresholds(max_symbol_word_ratio=float("nan"))
 
 
 def test_top_ngram_char_share_known_values():

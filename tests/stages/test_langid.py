@@ -138,6 +138,10 @@ def test_identify_many_equals_identify_one_by_one():
              "Das ist ein kurzer deutscher Satz über das Wetter."]
     assert langid.identify_many(texts, config) == [langid.identify(t, config) for t in texts]
     assert langid.identify_many([], config) == []
+    with pytest.raises(TypeError, match="list of str"):
+        langid.identify_many(["ok", None], config)
+    # zh + yue + wuu probabilities summed never give a score above 1
+    assert all(0.0 <= s <= 1.0 for top in langid.identify_many(texts, config) for _, s in top)
     assert langid.identify_many(["", "!!"], config) == [[], []]
 
 

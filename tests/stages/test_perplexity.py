@@ -123,11 +123,11 @@ def test_language_without_model_kept_unmeasured(tmp_path):
     stage, facts = _fit(tmp_path)
     assert "zh" in facts["skipped"]        # 32 reference chars < 1000
     out = stage.process(_table([("我们今天去北京。", "zh"), ("Bonjour tout le monde.", "fr"),
-                                ("unknown language", None), (" \n ", "en")]))
-    assert out["keep"].to_pylist() == [True] * 4
-    assert out["reason"].to_pylist() == [None] * 4
-    assert out["perplexity_value"].to_pylist() == [None] * 4   # en row: no tokens
-    assert out["perplexity_bucket"].to_pylist() == [None] * 4
+                                ("unknown language", None), (" \n ", "en"), (None, "en")]))
+    assert out["keep"].to_pylist() == [True] * 5
+    assert out["reason"].to_pylist() == [None] * 5
+    assert out["perplexity_value"].to_pylist() == [None] * 5   # en rows: no tokens
+    assert out["perplexity_bucket"].to_pylist() == [None] * 5
     assert out.schema.field("perplexity_value").type == pa.float64()
 
 
