@@ -425,6 +425,7 @@ BATCH_COUNTS: dict[str, Callable[[pa.ChunkedArray | pa.Array], np.ndarray]] = {
     "abnormal_chars": _count(_ABNORMAL_RE2),
     "residue": _count(_RESIDUE_RE2),
     "code_lines": _count(_CODE_LINE_RE2, by_line=True),
+    "line_breaks": _count(r"\n|" + _LINE_BREAK_RE2),
     "lorem_ipsum": _count(_LOREM_RE2),
     "mojibake_fixed": _count(_MOJIBAKE_FIXED_RE2),
     "mojibake_suspect": _count(_MOJIBAKE_SUSPECT_CLASS),
@@ -753,9 +754,7 @@ def short_line_fraction(doc: Document) -> float | None:
 def newline_word_ratio(doc: Document) -> float | None:
     """Line breaks per word (FineWeb's ``new_line_ratio``; any line break:
     LF, CRLF, CR, U+2028...); None without words."""
-    pieces = doc.text.splitlines(True)
-    breaks = len(pieces) - (1 if pieces and pieces[-1].splitlines() == [pieces[-1]] else 0)
-    return _ratio(breaks, len(doc.words))
+    return _ratio(doc.counts["line_breaks"], len(doc.words))
 
 
 # ------------------------------------------------------------------------ cjk

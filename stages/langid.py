@@ -31,7 +31,7 @@ import pyarrow as pa
 import pydantic
 
 from stages.base import Stage, StageConfig, with_decision
-from stages.text import FULL_WIDTH_ALNUM, PARAGRAPH_BREAK_RE
+from stages.text import FULL_WIDTH_ALNUM, FULL_WIDTH_ALNUM_RE, PARAGRAPH_BREAK_RE
 
 # lid.176 labels merged into one code; the script is recorded separately.
 CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
@@ -41,7 +41,6 @@ CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
 SCRIPT_SAMPLE_CHARS = 4096
 _LABEL_PREFIX = "__label__"
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
-_FULL_WIDTH_ALNUM = FULL_WIDTH_ALNUM
 # lid.176 label -> our language code, filled as labels are seen.
 _LABEL_CODES: dict[str, str] = {}
 
@@ -205,7 +204,8 @@ def model_text(segment: str) -> str:
     surrogates become U+FFFD (fastText's string conversion refuses them).
     Ends in the newline fastText's ``predict`` expects."""
     if not segment.isascii():
-        segment = segment.translate(_FULL_WIDTH_ALNUM)
+        if FULL_WIDTH_ALNUM_RE.search(segment):
+            segment = segment.translate(FULL_WIDTH_ALNUM)
         if _SURROGATE_RE.search(segment):
             segment = _SURROGATE_RE.sub("\ufffd", segment)
     return segment + "\n"
