@@ -15,7 +15,6 @@ Each scale size runs in its own subprocess so that its peak RSS
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import random
 import resource
@@ -30,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from bench.corpus import records
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared" / "corpus"
@@ -76,20 +77,12 @@ def write_partitions(rows: list[dict], out_dir: Path, per_partition: int = PARTI
 
 def read_corpus(corpus: Path) -> list[dict]:
     """All records of the development corpus, with the package language label."""
-    import zstandard
-
     rows = []
-    for name in CORPUS_FILES:
-        path = corpus / f"{name}.jsonl.zst"
-        if not path.exists():
-            continue
-        with open(path, "rb") as fh:
-            for line in io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8"):
-                rec = json.loads(line)
-                lang = rec.get("lang") or ("code" if rec["source"] == "code" else None)
-                rows.append({"id": rec["id"], "source": rec["source"], "text": rec["text"], "lang": lang,
-                             "lang_hint": "code" if rec["source"] == "code" else None,
-                             "script": rec.get("script")})
+    for _, _, rec in records(corpus, CORPUS_FILES):
+        lang = rec.get("lang") or ("code" if rec["source"] == "code" else None)
+        rows.append({"id": rec["id"], "source": rec["source"], "text": rec["text"], "lang": lang,
+                     "lang_hint": "code" if rec["source"] == "code" else None,
+                     "script": rec.get("script")})
     return rows
 
 
@@ -180,7 +173,6 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 def _true_jaccard(a: str, b: str, lang: str, cfg: dict) -> float:
     from stages import dedup_minhash as mh
-    from stages.dedup_phases import document_signatures  # noqa: F401  (same normalization path)
 
     def shingles(text: str) -> set[int]:
         normalized = mh.near_normalize(mh.exact_normalize(text))

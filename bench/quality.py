@@ -23,7 +23,6 @@ Every stage's time is likewise the least of ``--repeats`` runs (default 3).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import time
@@ -34,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench.corpus import records
 from pipeline.config import REPO_ROOT
 from stages.base import Partitions, StageContext
 
@@ -45,21 +45,10 @@ PARTITION_DOCS = 2000
 def load_corpus(corpus: Path, limit: int | None = None) -> pa.Table:
     """The dev corpus as a document table (base columns + ``label``, the
     corpus's own language; ``lang_hint`` ``code`` for dev-code)."""
-    import zstandard
-
-    rows = []
-    for name in FILES:
-        path = corpus / f"{name}.jsonl.zst"
-        if not path.exists():
-            continue
-        with open(path, "rb") as fh:
-            stream = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8")
-            for line_no, line in enumerate(stream, 1):
-                rec = json.loads(line)
-                rows.append({"id": rec["id"], "source": rec["source"], "file": name, "line": line_no,
-                             "text": rec["text"], "meta": "{}",
-                             "lang_hint": "code" if name == "dev-code" else None,
-                             "chars": len(rec["text"]), "label": rec.get("lang")})
+    rows = [{"id": rec["id"], "source": rec["source"], "file": name, "line": line_no,
+             "text": rec["text"], "meta": "{}", "lang_hint": "code" if name == "dev-code" else None,
+             "chars": len(rec["text"]), "label": rec.get("lang")}
+            for name, line_no, rec in records(corpus, FILES)]
     if limit is not None:
         rows = rows[::max(1, len(rows) // limit)][:limit]
     return pa.Table.from_pylist(rows)
