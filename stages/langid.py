@@ -31,7 +31,7 @@ import pyarrow as pa
 import pydantic
 
 from stages.base import Stage, StageConfig, with_decision
-from stages.text import FULL_WIDTH_ALNUM, FULL_WIDTH_ALNUM_RE, PARAGRAPH_BREAK_RE
+from stages.text import PARAGRAPH_BREAK_RE, half_width_alnum
 
 # lid.176 labels merged into one code; the script is recorded separately.
 CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
@@ -203,11 +203,9 @@ def model_text(segment: str) -> str:
     pages of /work/shared/corpus into ``langid.low_score``, measured). Lone
     surrogates become U+FFFD (fastText's string conversion refuses them).
     Ends in the newline fastText's ``predict`` expects."""
-    if not segment.isascii():
-        if FULL_WIDTH_ALNUM_RE.search(segment):
-            segment = segment.translate(FULL_WIDTH_ALNUM)
-        if _SURROGATE_RE.search(segment):
-            segment = _SURROGATE_RE.sub("\ufffd", segment)
+    segment = half_width_alnum(segment)
+    if not segment.isascii() and _SURROGATE_RE.search(segment):
+        segment = _SURROGATE_RE.sub("\ufffd", segment)
     return segment + "\n"
 
 

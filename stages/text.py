@@ -38,6 +38,15 @@ FULL_WIDTH_ALNUM = {cp: cp - 0xFEE0 for lo, hi in ((0xFF10, 0xFF19), (0xFF21, 0x
 # Searched first: str.translate with a dict costs ~90 ns per non-ASCII
 # character, the search ~1 ns, and most texts hold no full-width letter.
 FULL_WIDTH_ALNUM_RE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]")
+
+
+def half_width_alnum(text: str) -> str:
+    """``text`` with full-width Latin letters and digits as ASCII (one
+    character for one; everything else, full-width punctuation included,
+    unchanged)."""
+    if not text.isascii() and FULL_WIDTH_ALNUM_RE.search(text):
+        return text.translate(FULL_WIDTH_ALNUM)
+    return text
 # A paragraph break: a line break, then one or more blank (whitespace-only)
 # lines. Line breaks are those of str.splitlines (LF, CRLF, CR, VT, FF,
 # FS/GS/RS, NEL, U+2028, U+2029). Written as one literal per branch: re then
@@ -85,8 +94,7 @@ def words(text: str, lang: str | None) -> list[str]:
         everything else words are runs of letters and digits, with a CJK
         character inside such text counted as one word each.
     """
-    if not text.isascii() and FULL_WIDTH_ALNUM_RE.search(text):
-        text = text.translate(FULL_WIDTH_ALNUM)
+    text = half_width_alnum(text)
     if lang in ("zh", "yue", "wuu"):
         return [w for w in _rjieba().cut(text) if _is_word(w)]
     return _WORD_RE.findall(text)
@@ -119,8 +127,7 @@ def words_fast(text: str, lang: str | None) -> list[str]:
     block boundary, so the words do not change) and the non-word filter is one
     compiled regex search per token instead of a Python loop per character.
     """
-    if not text.isascii() and FULL_WIDTH_ALNUM_RE.search(text):
-        text = text.translate(FULL_WIDTH_ALNUM)
+    text = half_width_alnum(text)
     if lang in ("zh", "yue", "wuu"):
         return [w for w in _rjieba().cut(" ".join(text.split())) if _ALNUM_SEARCH(w)]
     return _WORD_FAST_RE.findall(text)
