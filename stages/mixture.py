@@ -28,16 +28,28 @@ output:
    shortest skipped document of its target (measured: within 0.01 percentage
    points of its share at 1M tokens on the dev corpus).
 
-``fit`` writes ``ctx.work_dir / "repeats.parquet"`` (``id`` string, ``repeats``
-int32, sorted by id); ``process`` adds ``mixture_repeats`` and drops documents
-with 0 copies with reason ``mixture.not_sampled``. Spreading the copies of a
-document apart in the output is the document order's job
-(``stages.packing.document_order``).
+The plan is small whatever the corpus: per source, the number of full
+copies, and the seeded-order position where the first-fit prefix ends (every
+document before it takes one more copy), plus the few documents the first-fit
+fill and the closest-overshoot step took after it (their tokens add up to less
+than one document's). ``fit`` finds them without holding the corpus: workers
+spill ``(id hash, id, tokens)`` by (source, hash range) and report each range's
+document count, token sum and shortest document; the driver jumps to the range
+where the prefix ends and reads only the ranges the fill can still take from
+(:class:`_Fill`). It writes ``ctx.work_dir / "plan.json"`` and
+``ctx.work_dir / "extra.parquet"`` (``id`` of the extra documents, sorted);
+``process`` computes each document's copies from its own id hash (no lookup
+against the corpus), adds ``mixture_repeats`` and drops documents with 0 copies
+with reason ``mixture.not_sampled``. Spreading the copies of a document apart in
+the output is the document order's job (``stages.packing.copy_keys``).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +59,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pydantic
 
+from common.spill import forget, read_bucket, write_buckets
 from stages.base import Partitions, Stage, StageConfig, with_decision
 from stages.packing import id_hash
 
-REPEATS_FILE = "repeats.parquet"
 REASON_NOT_SAMPLED = "mixture.not_sampled"
 # First-fit skips before the final closest-overshoot step: bounds the work per
 # source (each pass is one vectorised scan); our choice, 64 was never reached
@@ -116,6 +128,128 @@ def seeded_order(doc_ids: list[str], seed: int) -> np.ndarray:
     return np.array(sorted(range(len(doc_ids)), key=keys.__getitem__), dtype=np.int64)
 
 
+class _Fill:
+    """First-fit selection of documents, fed one range of the seeded order at
+    a time (ranges in order, documents in order within a range).
+
+    Exactly the rule of :func:`sample_source`: documents are taken while they
+    fit the remaining ``gap``; a document that does not fit ends a *pass*;
+    the next fitting document starts the next one; after
+    ``_MAX_FILL_PASSES`` passes, or when the gap is closed, selection stops.
+    The first document that does not fit is ``prefix_end``: every document
+    before it in the seeded order is taken; documents taken after it are
+    ``extra`` (their tokens sum to less than ``prefix_end``'s).
+    """
+
+    def __init__(self, gap: int):
+        self.gap = int(gap)
+        self.passes = 0
+        self.taking = True
+        self.done = self.gap <= 0
+        self.prefix_end: tuple[int, str] | None = None
+        self.extra: list[tuple[int, str, int]] = []  # (hash, id, tokens)
+        self.prefix_tokens = 0
+        self.prefix_documents = 0
+        # Shortest document not taken, first in order: (tokens, hash, id).
+        self.shortest: tuple[int, int, str] | None = None
+
+    def _not_taken(self, tokens: int, h: int, doc_id: str) -> None:
+        if tokens > 0 and (self.shortest is None or tokens < self.shortest[0]):
+            self.shortest = (tokens, h, doc_id)
+
+    def skip_whole(self, documents: int, tokens: int, shortest: int, upper: tuple[int, str]) -> bool:
+        """Account for a range without reading it, when possible: a range
+        that fits entirely while the prefix is still being taken, or one whose
+        shortest document is longer than the gap (nothing in it can be taken).
+        ``upper`` is a key above every key of the range and below those of
+        the next. Returns False when the range must be read (:meth:`feed`)."""
+        if self.done:
+            return True
+        if self.prefix_end is None and tokens <= self.gap:
+            self.gap -= tokens
+            self.prefix_tokens += tokens
+            self.prefix_documents += documents
+            if self.gap <= 0:
+                self.prefix_end, self.done = upper, True
+            return True
+        if self.prefix_end is not None and shortest > self.gap:
+            if self.taking:  # its first document ends the current pass
+                self.passes += 1
+                self.taking = False
+                self.done = self.passes >= _MAX_FILL_PASSES
+            return True
+        return False
+
+    def feed(self, hashes: np.ndarray, ids: list[str], tokens: np.ndarray,
+             upper: tuple[int, str] | None = None) -> None:
+        """Process one range: ``hashes`` uint64[n], ``ids``, ``tokens`` int64[n]
+        sorted by (hash, id); ``upper`` as in :meth:`skip_whole` (None: the
+        last range)."""
+        n = len(ids)
+        position = 0
+        if self.prefix_end is None and not self.done:
+            cumulative = np.cumsum(tokens)
+            fit = int(np.searchsorted(cumulative, self.gap, side="right"))
+            self.prefix_documents += fit
+            taken = int(cumulative[fit - 1]) if fit else 0
+            self.prefix_tokens += taken
+            self.gap -= taken
+            position = fit
+            if fit < n:
+                self.prefix_end = (int(hashes[fit]), ids[fit])
+                if self.gap > 0:
+                    self._not_taken(int(tokens[fit]), int(hashes[fit]), ids[fit])
+                    self.passes += 1
+                    self.taking = False
+                    position = fit + 1
+                    self.done = self.passes >= _MAX_FILL_PASSES
+                else:
+                    self.done = True
+            elif self.gap <= 0:
+                self.prefix_end, self.done = upper, True
+        while position < n and not self.done:
+            length = int(tokens[position])
+            if length <= self.gap:
+                self.extra.append((int(hashes[position]), ids[position], length))
+                self.gap -= length
+                self.taking = True
+                self.done = self.gap <= 0
+                position += 1
+                continue
+            self._not_taken(length, int(hashes[position]), ids[position])
+            if self.taking:
+                self.passes += 1
+                self.taking = False
+                if self.passes >= _MAX_FILL_PASSES:
+                    self.done = True
+                    position += 1
+                    break
+            position += 1
+            # Jump to the next document that fits (one vectorised scan).
+            fits = np.flatnonzero(tokens[position:] <= self.gap)
+            stop = position + int(fits[0]) if len(fits) else n
+            for k in range(position, stop):
+                self._not_taken(int(tokens[k]), int(hashes[k]), ids[k])
+            position = stop
+        for k in range(position, n):  # left unread by a stop: not taken
+            self._not_taken(int(tokens[k]), int(hashes[k]), ids[k])
+
+    def note_unread(self, shortest: int, first_key: tuple[int, str] | None) -> None:
+        """A range after the selection stopped (or skipped): its shortest
+        document (``first_key`` = its (hash, id) when known) is not taken."""
+        if first_key is not None:
+            self._not_taken(shortest, *first_key)
+
+    def overshoot(self) -> tuple[int, str, int] | None:
+        """The closest-overshoot step: the shortest document not taken, if
+        adding it brings the total closer to the target (``tokens - gap <
+        gap``)."""
+        if self.gap > 0 and self.shortest is not None and self.shortest[0] - self.gap < self.gap:
+            tokens, h, doc_id = self.shortest
+            return h, doc_id, tokens
+        return None
+
+
 def sample_source(num_tokens: np.ndarray, order: np.ndarray, target: int) -> np.ndarray:
     """Copies per document so that the source yields about ``target`` tokens.
 
@@ -131,36 +265,23 @@ def sample_source(num_tokens: np.ndarray, order: np.ndarray, target: int) -> np.
         docstring). All zeros when the source has no tokens.
     """
     n = len(num_tokens)
-    available = int(num_tokens.sum())
+    available = int(np.asarray(num_tokens).sum())
     if available == 0 or target <= 0:
         return np.zeros(n, np.int32)
     full = target // available
     repeats = np.full(n, full, dtype=np.int32)
-    gap = target - full * available
     lengths = np.asarray(num_tokens, dtype=np.int64)[order]
+    # Positions in ``order`` stand in for (hash, id): the order is what matters.
+    fill = _Fill(target - full * available)
+    fill.feed(np.arange(n, dtype=np.uint64), [str(i) for i in range(n)], lengths)
     taken = np.zeros(n, dtype=bool)
-    position = 0
-    for _ in range(_MAX_FILL_PASSES):
-        if gap <= 0 or position >= n:
-            break
-        cumulative = np.cumsum(lengths[position:])
-        fit = int(np.searchsorted(cumulative, gap, side="right"))  # prefix that fits
-        taken[position:position + fit] = True
-        gap -= int(cumulative[fit - 1]) if fit else 0
-        position += fit + 1  # skip the first document that does not fit
-        if position <= n and fit < len(cumulative):
-            # Jump to the next document that fits at all (one vectorised scan).
-            fits = np.flatnonzero(lengths[position:] <= gap) if gap > 0 else np.zeros(0, np.int64)
-            if not len(fits):
-                break
-            position += int(fits[0])
-    if gap > 0:
-        # One more document if it brings the total closer: the shortest not taken.
-        rest = np.flatnonzero(~taken & (lengths > 0))
-        if len(rest):
-            best = rest[np.argmin(lengths[rest])]
-            if lengths[best] - gap < gap:
-                taken[best] = True
+    if fill.prefix_end is not None:
+        taken[:fill.prefix_end[0]] = True
+    else:
+        taken[:fill.prefix_documents] = True
+    extra = fill.overshoot()
+    for h, _, _ in fill.extra + ([extra] if extra else []):
+        taken[h] = True
     repeats[order[taken]] += 1
     return repeats
 
@@ -187,46 +308,27 @@ def _water_fill(shares: dict[str, float], caps: dict[str, float], budget: int) -
     return targets
 
 
-def plan_mixture(ids: list[str], sources: list[str], num_tokens: np.ndarray,
-                 config: Config, seed: int) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
-    """Repeats per document and the per-source facts.
+def source_targets(available: dict[str, int], config: Config) -> dict[str, dict[str, Any]]:
+    """Per source: the weight, configured share, cap and integer target tokens.
 
     Args:
-        ids, sources: n document ids (unique) and their sources.
-        num_tokens: int64[n] tokens per document (EOS included).
+        available: source -> available (kept) tokens, every source with kept
+            documents.
 
     Returns:
-        (int32[n] repeats aligned with ``ids``, ``{source: facts}`` with
-        ``documents``, ``available_tokens``, ``weight`` (the relative weight
-        used: the configured one, or the available tokens for natural shares),
-        ``configured_share`` (normalised weight), ``max_epochs`` (or None),
-        ``capped`` (its target was cut by ``max_epochs``), ``target_share``
-        (share of the resolved targets, after caps), ``target_tokens``,
-        ``ratio``, ``realized_tokens``, ``realized_share``, ``share_error_pp``
-        (realized minus target share, in percentage points), ``epochs``
-        (realised / available tokens), ``sampled_documents`` (documents with
-        >= 1 copy), ``max_copies``).
+        ``{source: {"weight", "configured_share", "max_epochs", "capped",
+        "target_tokens"}}`` for every weighted or available source.
 
     Raises:
-        ValueError: duplicate ids; negative token counts; a source with
-            kept documents missing from non-empty ``weights``; a source with a
-            positive weight but no kept tokens (its share could not be met);
+        ValueError: a source with kept documents missing from non-empty
+            ``weights``; a source with a positive weight but no kept tokens;
             ``max_epochs`` for a source with no documents.
     """
-    if len(set(ids)) != len(ids):
-        raise ValueError("mixture: duplicate document ids in the input")
-    if (num_tokens < 0).any():
-        raise ValueError("mixture: negative tokenize_num_tokens")
-    source_arr = np.array(sources, dtype=object)
-    names = sorted(set(sources))
-    available = {s: int(num_tokens[source_arr == s].sum()) for s in names}
+    names = sorted(available)
     unknown = sorted(set(config.max_epochs) - set(names))
     if unknown:
         raise ValueError(f"mixture: max_epochs for sources {unknown} that have no kept documents")
-
-    if config.token_budget is None:
-        weights = {s: float(available[s]) for s in names}
-    elif config.weights:
+    if config.token_budget is not None and config.weights:
         missing = [s for s in names if s not in config.weights]
         if missing:
             raise ValueError(f"mixture: sources {missing} have documents but no weight")
@@ -246,41 +348,185 @@ def plan_mixture(ids: list[str], sources: list[str], num_tokens: np.ndarray,
     # What each source would get without caps, to report which caps bit.
     uncapped = {s: float(available.get(s, 0)) if config.token_budget is None
                 else shares[s] * config.token_budget for s in weights}
-    targets = {s: math.floor(t) if t == caps[s] else round(t) for s, t in float_targets.items()}
-    target_sum = sum(targets.values()) or 1
+    return {s: {"weight": weights[s], "configured_share": shares[s], "max_epochs": config.max_epochs.get(s),
+                "capped": bool(caps[s] < uncapped[s]),
+                "target_tokens": math.floor(t) if t == caps[s] else round(t)}
+            for s, t in float_targets.items()}
 
-    repeats = np.zeros(len(ids), np.int32)
+
+def _facts(plan: dict[str, dict[str, Any]], documents: dict[str, int], available: dict[str, int],
+           realized: dict[str, int], sampled: dict[str, int], max_copies: dict[str, int]) -> dict[str, Any]:
+    target_sum = sum(p["target_tokens"] for p in plan.values()) or 1
     facts: dict[str, dict[str, Any]] = {}
-    for name in sorted(weights):
-        rows = np.flatnonzero(source_arr == name)
-        target = targets[name]
-        if config.token_budget is None and target == available.get(name, 0):
-            repeats[rows] = 1
-        else:
-            order = seeded_order([ids[i] for i in rows], seed)
-            repeats[rows] = sample_source(num_tokens[rows], order, target)
-        realized = int((num_tokens[rows] * repeats[rows]).sum())
-        avail = available.get(name, 0)
+    for name in sorted(plan):
+        p, avail = plan[name], available.get(name, 0)
         facts[name] = {
-            "documents": len(rows),
+            "documents": documents.get(name, 0),
             "available_tokens": avail,
-            "weight": weights[name],
-            "configured_share": shares[name],
-            "max_epochs": config.max_epochs.get(name),
-            "capped": bool(caps[name] < uncapped[name]),
-            "target_share": target / target_sum,
-            "target_tokens": target,
-            "ratio": target / avail if avail else None,
-            "realized_tokens": realized,
-            "epochs": realized / avail if avail else None,
-            "sampled_documents": int((repeats[rows] > 0).sum()),
-            "max_copies": int(repeats[rows].max()) if len(rows) else 0,
+            "weight": p["weight"],
+            "configured_share": p["configured_share"],
+            "max_epochs": p["max_epochs"],
+            "capped": p["capped"],
+            "target_share": p["target_tokens"] / target_sum,
+            "target_tokens": p["target_tokens"],
+            "ratio": p["target_tokens"] / avail if avail else None,
+            "realized_tokens": realized.get(name, 0),
+            "epochs": realized.get(name, 0) / avail if avail else None,
+            "sampled_documents": sampled.get(name, 0),
+            "max_copies": max_copies.get(name, 0),
         }
     total_realized = sum(f["realized_tokens"] for f in facts.values())
     for f in facts.values():
         f["realized_share"] = f["realized_tokens"] / total_realized if total_realized else 0.0
         f["share_error_pp"] = 100.0 * (f["realized_share"] - f["target_share"])
-    return repeats, facts
+    return facts
+
+
+def plan_mixture(ids: list[str], sources: list[str], num_tokens: np.ndarray,
+                 config: Config, seed: int) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
+    """Repeats per document and the per-source facts, in memory (the stage
+    plans the same way one hash range at a time; this is its reference).
+
+    Args:
+        ids, sources: n document ids (unique) and their sources.
+        num_tokens: int64[n] tokens per document (EOS included).
+
+    Returns:
+        (int32[n] repeats aligned with ``ids``, ``{source: facts}`` with
+        ``documents``, ``available_tokens``, ``weight`` (the relative weight
+        used: the configured one, or the available tokens for natural shares),
+        ``configured_share`` (normalised weight), ``max_epochs`` (or None),
+        ``capped`` (its target was cut by ``max_epochs``), ``target_share``
+        (share of the resolved targets, after caps), ``target_tokens``,
+        ``ratio``, ``realized_tokens``, ``realized_share``, ``share_error_pp``
+        (realized minus target share, in percentage points), ``epochs``
+        (realised / available tokens), ``sampled_documents`` (documents with
+        >= 1 copy), ``max_copies``).
+
+    Raises:
+        ValueError: duplicate ids; negative token counts; see
+            :func:`source_targets`.
+    """
+    if len(set(ids)) != len(ids):
+        raise ValueError("mixture: duplicate document ids in the input")
+    if (num_tokens < 0).any():
+        raise ValueError("mixture: negative tokenize_num_tokens")
+    source_arr = np.array(sources, dtype=object)
+    names = sorted(set(sources))
+    available = {s: int(num_tokens[source_arr == s].sum()) for s in names}
+    plan = source_targets(available, config)
+    repeats = np.zeros(len(ids), np.int32)
+    realized, sampled, copies, documents = {}, {}, {}, {}
+    for name in sorted(plan):
+        rows = np.flatnonzero(source_arr == name)
+        target = plan[name]["target_tokens"]
+        if config.token_budget is None and target == available.get(name, 0):
+            repeats[rows] = 1
+        else:
+            order = seeded_order([ids[i] for i in rows], seed)
+            repeats[rows] = sample_source(num_tokens[rows], order, target)
+        documents[name] = len(rows)
+        realized[name] = int((num_tokens[rows] * repeats[rows]).sum())
+        sampled[name] = int((repeats[rows] > 0).sum())
+        copies[name] = int(repeats[rows].max()) if len(rows) else 0
+    return repeats, _facts(plan, documents, available, realized, sampled, copies)
+
+
+# ----------------------------------------------------------------------------- distributed fit
+
+PLAN_FILE = "plan.json"
+EXTRA_FILE = "extra.parquet"
+SPILL_DIR = "spill"
+# Spill records per hash range: ~60 bytes each, so one range read by the
+# driver is ~60 MB at most (our choice, the same budget as dedup's groups).
+RECORDS_PER_RANGE = 1_000_000
+
+
+def _range_bits(upper_documents: int) -> int:
+    bits = 0
+    while (1 << bits) * RECORDS_PER_RANGE < upper_documents and bits < 16:
+        bits += 1
+    return bits
+
+
+def mixture_keys(task: dict[str, Any]) -> dict[str, Any]:
+    """Worker: spill ``(hash, id, tokens)`` of one partition's kept documents
+    by (source, hash range) and summarise each range.
+
+    Args:
+        task: ``part`` (a partition), ``seed``, ``bits`` (2**bits hash
+            ranges), ``out`` (spill file path).
+
+    Returns:
+        ``{"ranges": [[source, range, documents, tokens, shortest], ...]}``,
+        range = ``hash >> (64 - bits)``.
+
+    Raises:
+        ValueError: a negative ``tokenize_num_tokens``.
+    """
+    from stages.base import read_kept
+
+    table = read_kept(task["part"], ["id", "source", "tokenize_num_tokens"])
+    ids = table["id"].to_pylist()
+    seed, bits = task["seed"], task["bits"]
+    hashes = np.fromiter((id_hash(i, seed) for i in ids), dtype=np.uint64, count=len(ids))
+    tokens = table["tokenize_num_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
+    if (tokens < 0).any():
+        raise ValueError("mixture: negative tokenize_num_tokens")
+    ranges = (hashes >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(len(ids), np.int64)
+    write_buckets(pa.table({"source": table["source"], "hash": pa.array(hashes, pa.uint64()),
+                            "id": pa.array(ids, pa.string()), "tokens": pa.array(tokens, pa.int64())}),
+                  ranges, Path(task["out"]))
+    summary = pa.table({"source": table["source"], "range": ranges, "tokens": tokens}).group_by(
+        ["source", "range"]).aggregate([("tokens", "count"), ("tokens", "sum"), ("tokens", "min")])
+    return {"ranges": [[r["source"], r["range"], r["tokens_count"], r["tokens_sum"], r["tokens_min"]]
+                       for r in summary.to_pylist()]}
+
+
+def _read_range(files: list[Path], source: str, bucket: int) -> tuple[np.ndarray, list[str], np.ndarray]:
+    table = read_bucket(files, bucket)
+    table = table.filter(pc.equal(table["source"], source)).sort_by([("hash", "ascending"), ("id", "ascending")])
+    return (table["hash"].to_numpy().astype(np.uint64), table["id"].to_pylist(),
+            table["tokens"].to_numpy().astype(np.int64))
+
+
+def plan_source_fill(ranges: list[tuple[int, list[int]]], gap: int, read: Any, bits: int) -> _Fill:
+    """Run :class:`_Fill` over one source's hash ranges, reading only the
+    ranges it cannot settle from their summaries.
+
+    Args:
+        ranges: ``(range, [documents, tokens, shortest])`` in hash order
+            (non-empty ranges only).
+        gap: the tokens to select (the remainder after full copies).
+        read: ``read(range) -> (hashes, ids, tokens)`` sorted by (hash, id).
+        bits: 2**bits ranges split the 64-bit hash space.
+
+    Returns:
+        The finished fill (``prefix_end``, ``extra`` with the overshoot step
+        applied, ``prefix_tokens``/``prefix_documents``).
+    """
+    fill = _Fill(gap)
+    for bucket, (documents, tokens, shortest) in ranges:
+        upper = ((bucket + 1) << (64 - bits), "")  # 2**64 for the last range: above every hash
+        if fill.done:
+            # Not taken; only its shortest document matters (overshoot step).
+            if fill.gap > 0 and (fill.shortest is None or shortest < fill.shortest[0]):
+                h, ids, lengths = read(bucket)
+                k = int(np.flatnonzero(lengths == shortest)[0])
+                fill.note_unread(shortest, (int(h[k]), ids[k]))
+            continue
+        if fill.skip_whole(documents, tokens, shortest, upper):
+            if fill.prefix_end is not None and fill.gap > 0 and (
+                    fill.shortest is None or shortest < fill.shortest[0]):
+                h, ids, lengths = read(bucket)
+                k = int(np.flatnonzero(lengths == shortest)[0])
+                fill.note_unread(shortest, (int(h[k]), ids[k]))
+            continue
+        fill.feed(*read(bucket), upper=upper)
+    extra = fill.overshoot()
+    if extra is not None:
+        fill.extra.append(extra)
+    return fill
 
 
 class MixtureStage(Stage):
@@ -291,62 +537,126 @@ class MixtureStage(Stage):
     Config = Config
 
     def fit(self, partitions: Partitions) -> dict[str, Any]:
-        """Plan the mixture over all kept documents; write ``repeats.parquet``.
+        """Plan the mixture over all kept documents; write ``plan.json`` and
+        ``extra.parquet`` (module docstring). Driver memory: one hash range
+        (at most :data:`RECORDS_PER_RANGE` documents) and the summaries
+        (3 integers per non-empty range).
 
         Returns:
             ``{"token_budget", "realized_tokens", "target_tokens",
             "budget_shortfall_tokens" (budget the caps leave unassigned),
             "max_share_error_pp", "per_source": {source: facts}}`` (facts as
             in :func:`plan_mixture`).
+
+        Raises:
+            ValueError: see :func:`source_targets`; a document id seen twice.
         """
-        columns = ["id", "source", "tokenize_num_tokens"]
-        tables = list(partitions.tables(columns))
-        table = pa.concat_tables(tables) if tables else pa.table(
-            {"id": pa.array([], pa.string()), "source": pa.array([], pa.string()),
-             "tokenize_num_tokens": pa.array([], pa.int32())})
-        ids = table["id"].to_pylist()
-        num_tokens = table["tokenize_num_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
-        repeats, facts = plan_mixture(ids, table["source"].to_pylist(), num_tokens,
-                                      self.config, self.ctx.seed)
-        out = pa.table({"id": pa.array(ids, pa.string()), "repeats": pa.array(repeats, pa.int32())})
-        out = out.sort_by("id")
-        path = Path(self.ctx.work_dir) / REPEATS_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(out, tmp)
-        tmp.replace(path)
-        realized = int(sum(f["realized_tokens"] for f in facts.values()))
-        targets = int(sum(f["target_tokens"] for f in facts.values()))
+        work = Path(self.ctx.work_dir)
+        spill = work / SPILL_DIR
+        shutil.rmtree(spill, ignore_errors=True)
+        upper = sum(p.num_rows() for p in partitions.paths)
+        bits = _range_bits(upper)
+        files = [spill / f"part-{i:05d}.parquet" for i in range(len(partitions.paths))]
+        results = partitions.map(mixture_keys, [
+            {"part": p, "seed": self.ctx.seed, "bits": bits, "out": str(f)}
+            for p, f in zip(partitions.paths, files)])
+        ranges: dict[tuple[str, int], list[int]] = {}
+        for result in results:
+            for source, bucket, documents, tokens, shortest in result["ranges"]:
+                have = ranges.get((source, bucket))
+                ranges[(source, bucket)] = [documents, tokens, shortest] if have is None else [
+                    have[0] + documents, have[1] + tokens, min(have[2], shortest)]
+        per_source: dict[str, list[tuple[int, list[int]]]] = {}
+        for source, bucket in sorted(ranges):
+            per_source.setdefault(source, []).append((bucket, ranges[(source, bucket)]))
+        documents = {s: sum(r[1][0] for r in rs) for s, rs in per_source.items()}
+        available = {s: sum(r[1][1] for r in rs) for s, rs in per_source.items()}
+        targets = source_targets(available, self.config)
+
+        plan: dict[str, Any] = {}
+        extra_ids: list[str] = []
+        realized, sampled, copies = {}, {}, {}
+        for name in sorted(targets):
+            avail, target = available.get(name, 0), targets[name]["target_tokens"]
+            full = target // avail if avail else 0
+            gap = target - full * avail if avail else 0
+            fill = plan_source_fill(per_source.get(name, []), gap,
+                                    functools.partial(_read_range, files, name), bits)
+            taken_ids = [e[1] for e in fill.extra]
+            taken_tokens = fill.prefix_tokens + sum(e[2] for e in fill.extra)
+            taken_documents = fill.prefix_documents + len(fill.extra)
+            plan[name] = {"full": int(full),
+                          "prefix_end": None if fill.prefix_end is None else list(fill.prefix_end),
+                          # a prefix that never ended took every document
+                          "all_taken": fill.prefix_end is None and gap > 0 and not fill.done,
+                          "extra": len(taken_ids)}
+            extra_ids += taken_ids
+            realized[name] = int(full * avail + taken_tokens)
+            sampled[name] = documents.get(name, 0) if full > 0 else taken_documents
+            copies[name] = int(full + (1 if taken_documents else 0)) if documents.get(name) else 0
+        extra = pa.table({"id": pa.array(sorted(extra_ids), pa.string())})
+        if len(set(extra_ids)) != len(extra_ids):
+            raise ValueError("mixture: duplicate document ids in the input")
+        work.mkdir(parents=True, exist_ok=True)
+        _write_atomic(extra, work / EXTRA_FILE)
+        (work / f".{PLAN_FILE}.tmp").write_text(json.dumps({"seed": self.ctx.seed, "sources": plan},
+                                                           sort_keys=True, indent=1))
+        (work / f".{PLAN_FILE}.tmp").replace(work / PLAN_FILE)
+        forget(files)
+        shutil.rmtree(spill, ignore_errors=True)
+        facts = _facts(targets, documents, available, realized, sampled, copies)
+        total = int(sum(f["realized_tokens"] for f in facts.values()))
+        target_total = int(sum(f["target_tokens"] for f in facts.values()))
         budget = self.config.token_budget
         return {
             "token_budget": budget,
-            "realized_tokens": realized,
-            "target_tokens": targets,
+            "realized_tokens": total,
+            "target_tokens": target_total,
             # Tokens the caps (max_epochs) leave unassigned; whole-document
             # rounding shows in realized_tokens, not here.
-            "budget_shortfall_tokens": max(0, budget - targets) if budget else 0,
+            "budget_shortfall_tokens": max(0, budget - target_total) if budget else 0,
             "max_share_error_pp": max((abs(f["share_error_pp"]) for f in facts.values()), default=0.0),
             "per_source": facts,
         }
 
-    def _repeats(self) -> pa.Table:
-        if getattr(self, "_plan", None) is None:
-            self._plan = pq.read_table(Path(self.ctx.work_dir) / REPEATS_FILE)
-        return self._plan
+    def _plan(self) -> tuple[dict[str, Any], set[str]]:
+        if getattr(self, "_loaded", None) is None:
+            work = Path(self.ctx.work_dir)
+            plan = json.loads((work / PLAN_FILE).read_text())
+            extra = set(pq.read_table(work / EXTRA_FILE)["id"].to_pylist())
+            self._loaded = (plan, extra)
+        return self._loaded
 
     def process(self, table: pa.Table) -> pa.Table:
-        """Look up each document's repeats in ``repeats.parquet``.
+        """Each document's copies: its source's full copies, plus one when
+        its (id hash, id) is before the source's ``prefix_end`` or it is one
+        of the extra documents.
 
         Raises:
-            KeyError: a document id that ``fit`` did not see.
+            KeyError: a document of a source the plan does not have (was fit
+                run on this input?).
         """
-        plan = self._repeats()
-        index = pc.index_in(table["id"], value_set=plan["id"])
-        if index.null_count:
-            missing = table["id"].filter(pc.is_null(index))[0].as_py()
-            raise KeyError(f"mixture: document {missing!r} not in {REPEATS_FILE} "
-                           f"({index.null_count} unknown ids); was fit run on this input?")
-        repeats = plan["repeats"].take(index).combine_chunks()
-        reasons = [None if r > 0 else REASON_NOT_SAMPLED
-                   for r in repeats.to_numpy(zero_copy_only=False)]
-        return with_decision(table, {"mixture_repeats": repeats}, reasons)
+        plan, extra = self._plan()
+        seed = plan["seed"]
+        ids = table["id"].to_pylist()
+        sources = table["source"].to_pylist() if "source" in table.column_names else [None] * len(ids)
+        repeats = np.zeros(len(ids), np.int32)
+        for i, (doc_id, source) in enumerate(zip(ids, sources)):
+            entry = plan["sources"].get(source)
+            if entry is None:
+                raise KeyError(f"mixture: document {doc_id!r} of source {source!r} is not in {PLAN_FILE}; "
+                               "was fit run on this input?")
+            taken = entry["all_taken"] or doc_id in extra
+            end = entry["prefix_end"]
+            if not taken and end is not None:
+                h = id_hash(doc_id, seed)
+                taken = h < end[0] or (h == end[0] and doc_id < end[1])
+            repeats[i] = entry["full"] + int(taken)
+        reasons = [None if r > 0 else REASON_NOT_SAMPLED for r in repeats]
+        return with_decision(table, {"mixture_repeats": pa.array(repeats, pa.int32())}, reasons)
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)

@@ -39,13 +39,22 @@ def _partitions(tmp_path: Path, docs, splits: list[int], tag: str) -> Partitions
     return Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items])
 
 
-def _fit(tmp_path: Path, name: str, docs, splits, **config):
-    ctx = StageContext(work_dir=tmp_path / name, cache_dir=tmp_path / "cache", seed=0,
+def _repeats(stage: MixtureStage, partitions: Partitions) -> dict[str, int]:
+    """Copies of every document, as the stage's ``process`` gives them."""
+    out = {}
+    for table in partitions.tables():
+        done = stage.process(table)
+        out.update(zip(done["id"].to_pylist(), done["mixture_repeats"].to_pylist()))
+    return out
+
+
+def _fit(tmp_path: Path, name: str, docs, splits, seed: int = 0, **config):
+    ctx = StageContext(work_dir=tmp_path / name, cache_dir=tmp_path / "cache", seed=seed,
                        tools_dir=tmp_path)
     stage = MixtureStage(Config(**config), ctx)
-    facts = stage.fit(_partitions(tmp_path, docs, splits, name))
-    plan = pq.read_table(ctx.work_dir / "repeats.parquet")
-    return stage, facts, dict(zip(plan["id"].to_pylist(), plan["repeats"].to_pylist()))
+    partitions = _partitions(tmp_path, docs, splits, name)
+    facts = stage.fit(partitions)
+    return stage, facts, _repeats(stage, partitions)
 
 
 BUDGET = 3000
@@ -93,17 +102,14 @@ def test_deterministic_and_order_independent(tmp_path):
                              weights=WEIGHTS)
     assert rep_a == rep_b == rep_c
     assert facts_a == facts_b == facts_c
-    assert ((tmp_path / "a" / "repeats.parquet").read_bytes()
-            == (tmp_path / "c" / "repeats.parquet").read_bytes())
+    for name in ("plan.json", "extra.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
 
 
 def test_seed_changes_the_down_sampled_subset(tmp_path):
     docs = _docs()
-    stage, _, rep0 = _fit(tmp_path, "s0", docs, [], token_budget=BUDGET, weights=WEIGHTS)
-    ctx = StageContext(work_dir=tmp_path / "s1", cache_dir=tmp_path, seed=1, tools_dir=tmp_path)
-    MixtureStage(stage.config, ctx).fit(_partitions(tmp_path, docs, [], "s1"))
-    plan = pq.read_table(ctx.work_dir / "repeats.parquet")
-    rep1 = dict(zip(plan["id"].to_pylist(), plan["repeats"].to_pylist()))
+    _, _, rep0 = _fit(tmp_path, "s0", docs, [], token_budget=BUDGET, weights=WEIGHTS)
+    _, _, rep1 = _fit(tmp_path, "s1", docs, [], seed=1, token_budget=BUDGET, weights=WEIGHTS)
     assert rep0 != rep1
 
 
@@ -118,8 +124,8 @@ def test_process_drops_not_sampled(tmp_path):
     assert out["reason"].to_pylist() == [
         None if repeats[i] else "mixture.not_sampled" for i in ids]
     assert 0 < out["keep"].to_pylist().count(False) < 30
-    with pytest.raises(KeyError, match="not in repeats.parquet"):
-        stage.process(pa.table({"id": ["web:new:1"], "keep": [True]}))
+    with pytest.raises(KeyError, match="not in plan.json"):
+        stage.process(pa.table({"id": ["news:new:1"], "source": ["news"], "keep": [True]}))
 
 
 def test_natural_mixture_keeps_everything_once(tmp_path):
@@ -157,7 +163,8 @@ def test_errors(tmp_path):
         _fit(tmp_path, "e2", docs, [], token_budget=100,
              weights={**WEIGHTS, "news": 1.0})
     with pytest.raises(ValueError, match="duplicate"):
-        _fit(tmp_path, "e3", docs + docs[:1], [], token_budget=100)
+        plan_mixture([d[0] for d in docs + docs[:1]], [d[1] for d in docs + docs[:1]],
+                     np.array([d[2] for d in docs + docs[:1]]), Config(token_budget=100), seed=0)
     with pytest.raises(pydantic.ValidationError):
         Config(weights={"web": -1.0})
     with pytest.raises(pydantic.ValidationError):
@@ -227,3 +234,28 @@ def test_three_sources_one_up_sampled_within_half_a_point_at_1m_tokens():
     full = int(facts["code"]["ratio"])
     assert set(code.tolist()) == {full, full + 1}  # whole copies, plus one for a seeded subset
     assert sum(f["realized_tokens"] for f in facts.values()) == pytest.approx(1_000_000, rel=0.001)
+
+
+@pytest.mark.parametrize("config", [
+    dict(token_budget=BUDGET, weights=WEIGHTS),
+    dict(token_budget=10600),
+    dict(token_budget=BUDGET, weights=WEIGHTS, max_epochs={"code": 1.0}),
+    dict(token_budget=777, weights={"web": 1, "books": 1, "code": 1}),
+    dict(max_epochs={"web": 0.3}),
+])
+def test_range_by_range_fit_equals_the_in_memory_plan(tmp_path, monkeypatch, config):
+    """The stage plans one hash range at a time (here ranges of ~7 documents,
+    so the prefix ends mid-corpus and the fill crosses ranges) and gives the
+    copies and facts of the in-memory reference ``plan_mixture``."""
+    import stages.mixture as mixture
+
+    rng = np.random.default_rng(5)
+    docs = [(f"web:w:{i}", "web", int(rng.integers(2, 40))) for i in range(300)]
+    docs += [(f"books:b:{i}", "books", int(rng.integers(50, 400))) for i in range(30)]
+    docs += [(f"code:c:{i}", "code", int(rng.integers(2, 9))) for i in range(60)]
+    expected, facts = plan_mixture([d[0] for d in docs], [d[1] for d in docs],
+                                   np.array([d[2] for d in docs], np.int64), Config(**config), seed=3)
+    monkeypatch.setattr(mixture, "RECORDS_PER_RANGE", 7)
+    _, got_facts, repeats = _fit(tmp_path, "r", docs, [90, 200, 333], seed=3, **config)
+    assert [repeats[d[0]] for d in docs] == expected.tolist()
+    assert got_facts["per_source"] == facts
