@@ -22,25 +22,72 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stages.base import KEEP, REASON, StageContext, read_kept
+from stages.base import EDITABLE_COLUMNS, KEEP, REASON, ROW, StageContext, read_view
 
 PARQUET_OPTS = {"compression": "zstd", "compression_level": 3}
+# Columns that hold most of a partition's bytes (each value unique, so a
+# dictionary only costs): stored without dictionary at zstd 9, which measured
+# 1.15 bytes/token for uint16 ids against 1.42 with the defaults, and 9%
+# smaller text, at ~100 MB/s per core (bundled sample, docs/architecture.md).
+BULK_COLUMNS = ("text", "tokenize_input_ids")
+BULK_LEVEL = 9
 
 
-def _gather(completions, total: int, on_done: Callable[[int, Any], None] | None) -> list[Any]:
+def parquet_options(table: pa.Table) -> dict[str, Any]:
+    """Write options for a partition or layer: zstd; the bulk columns without
+    dictionary at a higher level; the ``row`` join key delta-encoded (an
+    ascending int32 costs ~0 bytes instead of ~5 per row)."""
+    names = table.column_names
+    bulk = [c for c in BULK_COLUMNS if c in names]
+    plain = [c for c in names if c not in bulk and c != ROW]
+    opts: dict[str, Any] = {"compression": "zstd",
+                            "compression_level": {c: (BULK_LEVEL if c in bulk else 3) for c in names},
+                            "use_dictionary": plain}
+    if ROW in names:
+        opts["column_encoding"] = {ROW: "DELTA_BINARY_PACKED"}
+    return opts
+
+
+def _measured(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str]:
+    """``(fn(x), peak RSS of this process in MB, node)``: every task runs
+    through this, so the executor knows the largest worker's memory and, on
+    Ray, which node ran what."""
+    result = fn(x)
+    node = os.environ.get("MINDCORPUS_NODE") or _ray_node() or "local"
+    return result, peak_rss_mb(), node
+
+
+def _ray_node() -> str | None:
+    import sys
+
+    if "ray" not in sys.modules:
+        return None
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - outside a Ray worker
+        return None
+
+
+def _gather(completions, total: int, on_done: Callable[[int, Any], None] | None, owner=None) -> list[Any]:
     """Collect ``(index, get_result)`` pairs in completion order: call
     ``on_done`` for each success, let every task finish, then raise one
     :class:`PartitionError` for all failures (a Ray task's error is unwrapped
-    to the exception the task raised)."""
+    to the exception the task raised). Results are ``_measured`` triples:
+    ``owner`` (the executor) records the peak worker RSS and the nodes."""
     results: list[Any] = [None] * total
     errors: list[tuple[int, BaseException]] = []
     for i, get in completions:
         try:
-            results[i] = get()
+            results[i], peak, node = get()
         except Exception as exc:  # noqa: BLE001 - re-raised below with the others
             cause = getattr(exc, "cause", None)
             errors.append((i, cause if isinstance(cause, BaseException) else exc))
             continue
+        if owner is not None:
+            owner.peak_worker_rss_mb = max(owner.peak_worker_rss_mb, peak)
+            owner.nodes[node] = owner.nodes.get(node, 0) + 1
         if on_done:
             on_done(i, results[i])
     if errors:
@@ -89,6 +136,8 @@ class LocalExecutor:
     def __init__(self, num_workers: int = 1):
         self.num_workers = num_workers
         self._pool: ProcessPoolExecutor | None = None
+        self.peak_worker_rss_mb = 0.0
+        self.nodes: dict[str, int] = {}
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
             on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
@@ -109,13 +158,14 @@ class LocalExecutor:
         """
         items = list(items)
         if self.num_workers <= 1 or len(items) <= 1:
-            return _gather(((i, functools.partial(fn, x)) for i, x in enumerate(items)), len(items), on_done)
+            return _gather(((i, functools.partial(_measured, fn, x)) for i, x in enumerate(items)),
+                           len(items), on_done, self)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.num_workers, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_die_with_parent)
-        futures = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
-        return _gather(((futures[f], f.result) for f in as_completed(futures)), len(items), on_done)
+        futures = {self._pool.submit(_measured, fn, x): i for i, x in enumerate(items)}
+        return _gather(((futures[f], f.result) for f in as_completed(futures)), len(items), on_done, self)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -133,7 +183,7 @@ def write_table_atomic(table: pa.Table, path: Path) -> None:
     """Write Parquet to ``path.tmp-<pid>`` then rename: readers never see a half file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, **PARQUET_OPTS)
+    pq.write_table(table, tmp, **parquet_options(table))
     os.replace(tmp, path)
 
 
@@ -147,8 +197,13 @@ def write_json_atomic(obj: Any, path: Path) -> None:
 _STAGE_CACHE: dict[tuple, Any] = {}
 
 
-def _stage(name: str, config_json: str, ctx: StageContext):
-    key = (name, config_json, ctx)
+def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = ""):
+    """The stage object of this worker process for (stage, config, context,
+    fingerprint): built once per process, so a model loaded by ``process``
+    is reused across partitions. The fingerprint is part of the key, so a
+    second build in one process never reuses an object that read another
+    build's fit."""
+    key = (name, config_json, ctx, fingerprint)
     if key not in _STAGE_CACHE:
         from stages import stage_class
 
@@ -157,31 +212,111 @@ def _stage(name: str, config_json: str, ctx: StageContext):
     return _STAGE_CACHE[key]
 
 
-def process_partition(task: tuple[str, str, StageContext, str, str]) -> str:
-    """Run one stage on one partition: read the kept rows of ``in_path``, call
-    ``Stage.process``, check its contract, write ``out_path`` atomically.
+def layer_table(table_in: pa.Table, out: pa.Table, rows) -> pa.Table:
+    """What a stage adds to a partition, as stored (its *layer*).
 
     Args:
-        task: (stage name, stage config as JSON, context, input path, output path).
+        table_in: the document table the stage was given (n rows).
+        out: what ``Stage.process`` returned (same n rows and order).
+        rows: int64[n], the documents' positions in the ingest partition.
 
     Returns:
-        The output path.
+        ``row`` (int32), every column of ``out`` that ``table_in`` lacks (in
+        ``out``'s order), each :data:`stages.base.EDITABLE_COLUMNS` column the
+        stage changed (null where unchanged), ``keep`` and ``reason``.
+    """
+    import numpy as np
+    import pyarrow.compute as pc
+
+    columns: dict[str, Any] = {ROW: pa.array(np.asarray(rows, np.int32), pa.int32())}
+    for name in out.column_names:
+        if name in (KEEP, REASON):
+            continue
+        if name not in table_in.column_names:
+            columns[name] = out[name]
+        elif name in EDITABLE_COLUMNS:
+            same = pc.fill_null(pc.equal(out[name], table_in[name]), False)
+            if not pc.all(same).as_py():
+                columns[name] = pc.if_else(same, pa.nulls(len(out), out[name].type), out[name])
+    columns[KEEP] = out[KEEP]
+    columns[REASON] = out[REASON]
+    return pa.table(columns)
+
+
+def partition_counts(table: pa.Table) -> dict[str, dict[str, Any]]:
+    """Per source: ``documents_in``, ``chars_in``, ``kept``, ``kept_chars``
+    and ``dropped`` (reason -> documents) of one stage's layer view
+    (``source``, ``chars``, ``keep``, ``reason``; characters in code points
+    after the stage's edits). Summed over partitions by the driver."""
+    import pyarrow.compute as pc
+
+    out: dict[str, dict[str, Any]] = {}
+    if table.num_rows == 0:
+        return out
+    keep = pc.fill_null(table[KEEP], False)
+    t = pa.table({"source": table["source"], "chars": pc.cast(table["chars"], pa.int64()), "keep": keep,
+                  "kept_chars": pc.if_else(keep, pc.cast(table["chars"], pa.int64()), 0),
+                  "reason": table[REASON]})
+    grouped = t.group_by("source").aggregate([("chars", "count"), ("chars", "sum"),
+                                                ("keep", "sum"), ("kept_chars", "sum")])
+    for row in grouped.to_pylist():
+        out[row["source"]] = {"documents_in": row["chars_count"], "chars_in": row["chars_sum"] or 0,
+                              "kept": int(row["keep_sum"] or 0), "kept_chars": int(row["kept_chars_sum"] or 0),
+                              "dropped": {}}
+    dropped = t.filter(pc.invert(keep)).group_by(["source", "reason"]).aggregate([("chars", "count")])
+    for row in dropped.to_pylist():
+        out[row["source"]]["dropped"][row["reason"]] = row["chars_count"]
+    return out
+
+
+def process_partition(task: tuple) -> dict[str, Any]:
+    """Run one stage on one partition: read the kept documents of ``ref``
+    (base + earlier layers), call ``Stage.process``, check its contract,
+    write the stage's layer (:func:`layer_table`) to ``out_path`` atomically.
+    A partition whose layer already exists (a resumed build) is only counted.
+
+    Args:
+        task: (stage name, stage config as JSON, context, input
+            :class:`stages.base.PartitionRef`, output path, stage fingerprint).
+
+    Returns:
+        ``{"counts": partition_counts(...), "kept": n}``.
 
     Raises:
         RuntimeError: the stage broke its contract (rows added, removed or
             reordered; ``keep``/``reason`` missing).
     """
-    name, config_json, ctx, in_path, out_path = task
-    stage = _stage(name, config_json, ctx)
-    table = read_kept(Path(in_path))
-    out = stage.process(table)
-    if out.num_rows != table.num_rows or out.column("id") != table.column("id"):
-        raise RuntimeError(f"stage {name} changed the rows of {in_path}")
-    for col in (KEEP, REASON):
-        if col not in out.column_names:
-            raise RuntimeError(f"stage {name} returned no {col!r} column for {in_path}")
-    write_table_atomic(out, Path(out_path))
-    return out_path
+    name, config_json, ctx, ref, out_path, fingerprint = task
+    out_path = Path(out_path)
+    if not out_path.exists():
+        stage = _stage(name, config_json, ctx, fingerprint)
+        table, rows = read_view(ref)
+        out = stage.process(table)
+        if out.num_rows != table.num_rows or out.column("id") != table.column("id"):
+            raise RuntimeError(f"stage {name} changed the rows of {ref.name}")
+        for col in (KEEP, REASON):
+            if col not in out.column_names:
+                raise RuntimeError(f"stage {name} returned no {col!r} column for {ref.name}")
+        write_table_atomic(layer_table(table, out, rows), out_path)
+    view, _ = read_view(ref.with_layer(out_path), ["source", "chars", KEEP, REASON], kept=False)
+    counts = partition_counts(view)
+    return {"counts": counts, "kept": sum(c["kept"] for c in counts.values())}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (Linux ``VmHWM``, which
+    starts again at exec, unlike ``ru_maxrss`` of a spawned worker, which
+    inherits the parent's figure); ``ru_maxrss`` elsewhere."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 class RayExecutor:
@@ -207,6 +342,8 @@ class RayExecutor:
         self._ray = ray
         self.num_cpus_per_task = num_cpus_per_task
         self._task = None
+        self.peak_worker_rss_mb = 0.0
+        self.nodes: dict[str, int] = {}
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
             on_done: Callable[[int, Any], None] | None = None) -> list[Any]:
@@ -224,7 +361,7 @@ class RayExecutor:
                 ready, pending = ray.wait(pending, num_returns=1)
                 yield index[ready[0]], functools.partial(ray.get, ready[0])
 
-        return _gather(completions(), len(refs), on_done)
+        return _gather(completions(), len(refs), on_done, self)
 
     def close(self) -> None:
         pass  # the cluster outlives the build
@@ -236,8 +373,8 @@ class RayExecutor:
         self.close()
 
 
-def _apply(fn: Callable[[Any], Any], x: Any) -> Any:
-    return fn(x)
+def _apply(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str]:
+    return _measured(fn, x)
 
 
 def make_executor(cfg, num_workers: int):

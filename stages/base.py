@@ -47,6 +47,10 @@ import pydantic
 
 KEEP = "keep"
 REASON = "reason"
+# A layer's join key: the document's position (0-based) in the ingest partition.
+ROW = "row"
+# Base columns a stage may edit (a layer then holds them, null where unchanged).
+EDITABLE_COLUMNS = ("text", "chars")
 BASE_COLUMNS = ("id", "source", "file", "line", "text", "meta", "lang_hint", "chars")
 
 
@@ -78,20 +82,75 @@ class StageContext:
     tools_dir: Path
 
 
-class Partitions:
-    """The input of a stage's :meth:`Stage.fit`: the kept documents of the
-    previous stage, one Parquet file per partition, plus a parallel ``map``.
+@dataclasses.dataclass(frozen=True)
+class PartitionRef:
+    """One partition as the stages see it: the text stored once, plus what
+    each stage added (a *layer* per stage), joined on demand.
+
+    A build stores a partition's documents once, in the ingest file ``base``
+    (the :data:`BASE_COLUMNS`; ``keep``/``reason`` optional). Every stage that
+    ran since writes one layer file: the column ``row`` (int32, position of the
+    document in ``base``, ascending) for each document the stage saw (those the
+    previous layer kept), the stage's measurement columns, ``keep`` and
+    ``reason``, and any base column the stage edited (e.g. ``text`` and
+    ``chars`` after line dedup), null where unchanged. :func:`read_kept` joins
+    them, so a stage reads a partition as one document table and writes only
+    what it adds (measured: docs/architecture.md, storage).
+
+    A plain Parquet file of a whole document table (tests, benchmarks) is a
+    ref with no layers.
 
     Attributes:
-        paths: the partition files, in partition order.
+        base: path of the ingest partition (str, so the ref pickles cheaply).
+        layers: layer paths in stage order.
+    """
+
+    base: str
+    layers: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The partition's file name (``part-FFFFF-NNNNN.parquet``), the same
+        in every stage directory."""
+        return Path(self.base).name
+
+    def with_layer(self, path: str | Path) -> PartitionRef:
+        """This partition with one more (later) layer."""
+        return PartitionRef(self.base, (*self.layers, str(path)))
+
+    def num_rows(self) -> int:
+        """Rows the last layer holds (documents that entered its stage; the
+        base's row count when there is no layer), from the Parquet footer."""
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self.layers[-1] if self.layers else self.base).metadata.num_rows
+
+    def __fspath__(self) -> str:  # lets pq/open take a layer-less ref as a path
+        if self.layers:
+            raise TypeError(f"{self.base} has {len(self.layers)} layer(s): read it with read_kept")
+        return self.base
+
+
+def as_ref(part: str | Path | PartitionRef) -> PartitionRef:
+    """A :class:`PartitionRef` for a ref or a plain Parquet path."""
+    return part if isinstance(part, PartitionRef) else PartitionRef(str(part))
+
+
+class Partitions:
+    """The input of a stage's :meth:`Stage.fit`: the kept documents of the
+    previous stage, one :class:`PartitionRef` per partition, plus a parallel ``map``.
+
+    Attributes:
+        paths: the partitions (:class:`PartitionRef`), in partition order;
+            plain Parquet paths are accepted and wrapped.
         map: ``map(fn, items) -> list`` runs a *picklable top-level* function
             over items on the build's executor (local process pool or Ray), in
             order. Use it for per-partition work inside ``fit`` (e.g. MinHash
-            signatures).
+            signatures); pass the refs to it and read them with :func:`read_kept`.
     """
 
-    def __init__(self, paths: list[Path], mapper: Callable[[Callable, list], list]):
-        self.paths = paths
+    def __init__(self, paths: list[PartitionRef | Path | str], mapper: Callable[[Callable, list], list]):
+        self.paths = [as_ref(p) for p in paths]
         self.map = mapper
 
     def tables(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
@@ -100,22 +159,126 @@ class Partitions:
             yield read_kept(path, columns)
 
 
-def read_kept(path: Path, columns: list[str] | None = None) -> pa.Table:
-    """Read one stage-output partition and return only its kept rows.
+def _layer_columns(path: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path).names
+
+
+def view_columns(part: PartitionRef | Path | str) -> list[str]:
+    """The columns :func:`read_kept` returns for ``part`` (all of them), in
+    order: base columns, then each layer's new columns in stage order, then
+    ``keep`` and ``reason``."""
+    ref = as_ref(part)
+    names = [c for c in _layer_columns(ref.base) if c not in (KEEP, REASON, ROW)]
+    for layer in ref.layers:
+        names += [c for c in _layer_columns(layer) if c not in (KEEP, REASON, ROW) and c not in names]
+    return [*names, KEEP, REASON]
+
+
+def read_view(part: PartitionRef | Path | str, columns: list[str] | None = None,
+              kept: bool = True, cache: dict[str, pa.Table] | None = None) -> tuple[pa.Table, "np.ndarray"]:
+    """Join a partition's base and layers into one document table.
 
     Args:
-        path: a Parquet file written by the executor for a stage (or ingest).
-        columns: columns to return (all when None). ``keep`` is read anyway.
+        part: the partition (a plain Parquet path is a ref without layers).
+        columns: the columns wanted (all when None, in :func:`view_columns`
+            order); a name no file holds raises ``KeyError``.
+        kept: only the documents the last layer kept (``keep == True``);
+            False returns every document the last layer holds, with its
+            ``keep``/``reason`` (the rows its stage saw).
+        cache: a dict to reuse across calls on the same partition (e.g. one
+            view per stage): each file's columns are read once.
+
+    Returns:
+        ``(table, rows)``: the table (``keep``/``reason`` included only when
+        asked for or when ``columns`` is None) and ``rows`` (int64[n], each
+        document's position in the base file).
     """
+    import numpy as np
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    cols = None if columns is None else sorted(set(columns) | {KEEP})
-    table = pq.read_table(path, columns=cols)
-    table = table.filter(pc.equal(table[KEEP], True))
-    if columns is not None:
-        table = table.select(columns)
-    return table
+    ref = as_ref(part)
+    cache = {} if cache is None else cache
+    wanted = view_columns(ref) if columns is None else list(columns)
+    sources: list[tuple[str, list[str]]] = [(ref.base, _layer_columns(ref.base))]
+    sources += [(layer, _layer_columns(layer)) for layer in ref.layers]
+
+    def load(path: str, need: list[str]) -> pa.Table:
+        have = cache.get(path)
+        missing = [c for c in need if have is None or c not in have.column_names]
+        if missing:
+            more = pq.read_table(path, columns=missing)
+            if have is None:
+                have = more
+            else:
+                for name in missing:
+                    have = have.append_column(name, more[name])
+            cache[path] = have
+        return have
+
+    # Which documents: the last file's keep decides.
+    last, last_names = sources[-1]
+    if ref.layers:
+        decision = load(last, [ROW, KEEP, REASON]).select([ROW, KEEP, REASON])
+        rows_all = decision[ROW].to_numpy().astype(np.int64)
+    else:
+        cols = [c for c in (KEEP, REASON) if c in last_names]
+        decision = load(last, cols).select(cols) if cols else None
+        n = pq.ParquetFile(last).metadata.num_rows
+        rows_all = np.arange(n, dtype=np.int64)
+        if decision is None or KEEP not in decision.column_names:
+            decision = pa.table({KEEP: pa.array(np.ones(n, bool)),
+                                 REASON: pa.nulls(n, pa.string())})
+        elif REASON not in decision.column_names:
+            decision = decision.append_column(REASON, pa.nulls(n, pa.string()))
+    if kept:
+        mask = decision[KEEP].combine_chunks()
+        mask = pc.fill_null(mask, False)
+        rows = rows_all[np.asarray(mask.to_numpy(zero_copy_only=False), bool)]
+        decision = decision.filter(mask)
+    else:
+        rows = rows_all
+
+    out: dict[str, pa.ChunkedArray | pa.Array] = {}
+    for name in wanted:
+        if name in (KEEP, REASON):
+            out[name] = decision[name]
+            continue
+        holders = [i for i, (_, names) in enumerate(sources) if name in names]
+        if not holders:
+            raise KeyError(f"{ref.base}: no column {name!r} in the partition or its layers")
+        value = None
+        for i in reversed(holders):  # latest first; null in a layer = unchanged
+            path, _ = sources[i]
+            need = [c for c in wanted if c in sources[i][1] and c not in (KEEP, REASON)]
+            table = load(path, sorted(set(need) | {ROW}) if i > 0 else need)
+            if i == 0:
+                take = rows
+            else:
+                layer_rows = table[ROW].to_numpy().astype(np.int64)
+                take = np.searchsorted(layer_rows, rows)
+                if len(take) and (take.max() >= len(layer_rows) or (layer_rows[take] != rows).any()):
+                    raise ValueError(f"{path}: layer does not hold every document of the later layers")
+            column = table[name].take(pa.array(take, pa.int64()))
+            value = column if value is None else pc.coalesce(value, column)
+            if value.null_count == 0 or i == 0 or name not in EDITABLE_COLUMNS:
+                break
+        out[name] = value
+    return pa.table(out) if out else pa.table({}).slice(0, 0), rows
+
+
+def read_kept(path: PartitionRef | Path | str, columns: list[str] | None = None) -> pa.Table:
+    """Read one partition and return only its kept rows.
+
+    Args:
+        path: a :class:`PartitionRef` (base + stage layers) or a plain
+            Parquet file of a document table.
+        columns: columns to return (all when None, ``keep``/``reason``
+            included).
+    """
+    return read_view(path, columns, kept=True)[0]
 
 
 class Stage:

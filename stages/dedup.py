@@ -212,8 +212,8 @@ class DedupStage(Stage):
         spill, signature_dir = work_dir / "spill", work_dir / "signatures"
         for stale in (spill, signature_dir, work_dir / LINES_DIR):
             shutil.rmtree(stale, ignore_errors=True)
-        paths = [str(p) for p in partitions.paths]
-        upper = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)  # rows incl. not kept
+        paths = list(partitions.paths)
+        upper = sum(p.num_rows() for p in paths)  # rows incl. not kept
         groups = {"ids": phases.spill_groups(upper, phases.ID_RECORDS_PER_GROUP),
                   "exact": phases.spill_groups(upper, phases.EXACT_RECORDS_PER_GROUP),
                   "bands": phases.spill_groups(upper * config.num_bands, phases.BAND_RECORDS_PER_GROUP)}
@@ -259,6 +259,9 @@ class DedupStage(Stage):
         shutil.rmtree(signature_dir, ignore_errors=True)
 
         reasons = removed["reason"]
+        sizes = removed.group_by("keeper").aggregate([("id", "count")])["id_count"]
+        size_hist = {str(k): int(v) for k, v in sorted(
+            ((r["values"], r["counts"]) for r in sizes.value_counts().to_pylist()), key=lambda kv: kv[0])}
         return {
             "exact_hash": EXACT_HASH_NAME, "shingle_hash": SHINGLE_HASH_NAME, "band_hash": BAND_HASH_NAME,
             "line_hash": LINE_HASH_NAME,
@@ -276,6 +279,7 @@ class DedupStage(Stage):
             "exact_duplicates": pc.sum(pc.equal(reasons, REASON_EXACT)).as_py() or 0,
             "near_duplicates": pc.sum(pc.equal(reasons, REASON_NEAR)).as_py() or 0,
             "clusters": reasons.null_count,  # one keeper row per cluster
+            "cluster_sizes": size_hist,  # documents per cluster (keeper included) -> clusters
             "candidate_pairs": candidates, "verified_edges": n_edges,
             "signed_documents": signed, "empty_after_normalization": empty,
             **lines,

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stages import dedup_minhash as mh
-from stages.base import read_kept
+from stages.base import read_kept, view_columns
 
 REASON_EXACT = "dedup.exact_duplicate"
 REASON_NEAR = "dedup.near_duplicate"
@@ -140,8 +140,8 @@ def keeper_keys(table: pa.Table, keep: str) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"unknown keep rule {keep!r}")
 
 
-def _keep_columns(path: str, keep: str, extra: list[str]) -> list[str]:
-    names = pq.read_schema(path).names
+def _keep_columns(path, keep: str, extra: list[str]) -> list[str]:
+    names = view_columns(path)
     cols = ["id", "text"] + [c for c in ("chars", "langid_lang", "lang_hint") if c in names]
     if keep == "lowest_perplexity" and "perplexity_value" in names:
         cols.append("perplexity_value")
@@ -168,7 +168,7 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
         lines (``"\\n"`` count + 1)}``.
     """
     path, partition, cfg, spill = item["path"], item["partition"], item["cfg"], Path(item["spill"])
-    table = read_kept(Path(path), _keep_columns(path, cfg["keep"], []))
+    table = read_kept(path, _keep_columns(path, cfg["keep"], []))
     n = table.num_rows
     ids = table["id"]
     import xxhash
@@ -331,7 +331,7 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
         ``{"signed": m, "empty": rows that were empty after normalization}``.
     """
     path, partition, cfg = item["path"], item["partition"], item["cfg"]
-    table = read_kept(Path(path), _keep_columns(path, cfg["keep"], []))
+    table = read_kept(path, _keep_columns(path, cfg["keep"], []))
     n = table.num_rows
     rows = np.setdiff1d(np.arange(n), np.asarray(item["skip"], np.int64))
     texts = table["text"].take(pa.array(rows)).to_pylist()
@@ -487,8 +487,8 @@ def _document_rows(paths: list[str], handles: np.ndarray, columns: list[str]) ->
     tables = []
     for p in np.unique(parts):
         rows = handles[parts == p] & np.int64((1 << HANDLE_SHIFT) - 1)
-        names = pq.read_schema(paths[int(p)]).names
-        t = read_kept(Path(paths[int(p)]), [c for c in columns if c in names]).take(pa.array(rows))
+        names = view_columns(paths[int(p)])
+        t = read_kept(paths[int(p)], [c for c in columns if c in names]).take(pa.array(rows))
         tables.append(t.append_column("g", pa.array(handles[parts == p])))
     return pa.concat_tables(tables, promote_options="default")
 
@@ -515,7 +515,7 @@ def near_clusters(edges: np.ndarray, paths: list[str], signature_dir: Path,
     graph = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(len(nodes), len(nodes)))
     _, labels = connected_components(graph, directed=False)
     columns = ["id", "chars", "perplexity_value"]
-    if any("chars" not in pq.read_schema(p).names for p in paths):
+    if any("chars" not in view_columns(p) for p in paths):
         columns.append("text")  # lengths from the text only when a partition lacks ``chars``
     docs = _document_rows(paths, nodes, columns)  # handle order = nodes
     k1, k2 = keeper_keys(docs, cfg["keep"])
@@ -596,7 +596,7 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
         ``{"lines": lines spilled, "documents": documents that took part}``.
     """
     path, partition, cfg = item["path"], item["partition"], item["cfg"]
-    table = read_kept(Path(path), _keep_columns(path, cfg["keep"], []))
+    table = read_kept(path, _keep_columns(path, cfg["keep"], []))
     n = table.num_rows
     rows = np.setdiff1d(np.arange(n), np.asarray(item["skip"], np.int64))
     k1, k2 = keeper_keys(table, cfg["keep"])

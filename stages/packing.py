@@ -88,19 +88,41 @@ def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.nda
     by_id = np.array(by_id, dtype=np.int64)
     hashes = np.fromiter((id_hash(doc_ids[i], seed) for i in by_id),
                          dtype=np.uint64, count=len(by_id))
-    counts = repeats[by_id].astype(np.int64)
-    doc = np.repeat(by_id, counts)
-    rank = np.repeat(np.arange(len(by_id), dtype=np.int64), counts)  # id rank, tie-break
+    entry, repeat, key = copy_keys(hashes, repeats[by_id])
+    doc = by_id[entry]
+    perm = np.lexsort((repeat, entry, key))  # entry = id rank: ties by id, then copy
+    return np.stack([doc[perm], repeat[perm]], axis=1).astype(np.int64)
+
+
+def copy_keys(hashes: np.ndarray, repeats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The position key of every copy of every document (see
+    :func:`document_order`), computable one partition at a time: the key of a
+    copy depends only on its document's id hash, its copy number and its
+    document's copy count.
+
+    Args:
+        hashes: uint64[n], ``id_hash(id, seed)`` of each document.
+        repeats: int[n] >= 0, copies of each document.
+
+    Returns:
+        ``(entry int64[m], repeat int64[m], key float64[m])``, ``m =
+        repeats.sum()``: for each copy, the index of its document in
+        ``hashes``, its copy number, and its key in ``[0, 1)``; copies in
+        document order, then copy order. The document order sorts copies by
+        ``(key, id, repeat)``.
+    """
+    counts = np.asarray(repeats).astype(np.int64)
+    hashes = np.asarray(hashes, np.uint64)
+    entry = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
-    repeat = np.arange(len(doc), dtype=np.int64) - np.repeat(starts, counts)
+    repeat = np.arange(len(entry), dtype=np.int64) - np.repeat(starts, counts)
     with np.errstate(over="ignore"):
         u = _unit_float(_splitmix64(np.repeat(hashes, counts) ^ _splitmix64(
             repeat.astype(np.uint64) + np.uint64(_ORDER_SALT))))
     copies = np.repeat(counts, counts).astype(np.float64)
     jitter = np.where(copies > 1, 0.25 + 0.5 * u, u)
     key = (repeat.astype(np.float64) + jitter) / np.maximum(copies, 1.0)
-    perm = np.lexsort((repeat, rank, key))
-    return np.stack([doc[perm], repeat[perm]], axis=1).astype(np.int64)
+    return entry, repeat, key
 
 
 def _check_order(token_arrays: Sequence[np.ndarray], order: np.ndarray,
@@ -176,8 +198,38 @@ def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
         np.zeros(0, np.int32)
     samples = tokens[: num_samples * window].reshape(num_samples, window)
 
-    # Global [start, end) of each copy, then one piece per sample it touches.
-    ends = np.cumsum(lengths)
+    sample, piece_entry, doc_start, doc_end, sample_start, sample_end = pack_pieces(
+        lengths, 0, window, num_samples)
+    segments = _segments_table(sample, order, piece_entry, doc_start, doc_end,
+                               sample_start, sample_end, {
+                                   "dropped_tail_tokens": str(total - num_samples * window),
+                                   "total_tokens": str(total),
+                                   "padding_tokens": "0",
+                                   "seq_length": str(seq_length),
+                                   "method": "concat_split",
+                               })
+    return samples, segments
+
+
+def pack_pieces(lengths: np.ndarray, start: int, window: int,
+                num_samples: int) -> tuple[np.ndarray, ...]:
+    """Where consecutive copies land in a concatenated token stream cut into
+    windows: one piece per (copy, window) they share.
+
+    Copies of ``lengths`` tokens follow each other from global token offset
+    ``start``; window ``k`` is tokens ``[k * window, (k + 1) * window)``; only
+    windows ``k < num_samples`` exist (tokens past them are the dropped tail).
+    ``start`` lets one range of the document order be cut on its own with
+    the same result as the whole stream.
+
+    Returns:
+        ``(sample, entry, doc_start, doc_end, sample_start, sample_end)``,
+        int64 arrays, one item per piece, ordered by copy then window: the
+        window number, the copy's index in ``lengths``, the token range within
+        the copy and within the window (ends exclusive).
+    """
+    lengths = np.asarray(lengths, np.int64)
+    ends = start + np.cumsum(lengths)
     starts = ends - lengths
     present = (lengths > 0) & (starts < num_samples * window)
     starts, ends, entry = starts[present], ends[present], np.flatnonzero(present)
@@ -191,15 +243,8 @@ def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
         np.arange(int(count.sum()), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count))
     lo = np.maximum(piece_start, sample * window)
     hi = np.minimum(piece_end, (sample + 1) * window)
-    segments = _segments_table(sample, order, piece_entry, lo - piece_start, hi - piece_start,
-                               lo - sample * window, hi - sample * window, {
-                                   "dropped_tail_tokens": str(total - num_samples * window),
-                                   "total_tokens": str(total),
-                                   "padding_tokens": "0",
-                                   "seq_length": str(seq_length),
-                                   "method": "concat_split",
-                               })
-    return samples, segments
+    return (sample, piece_entry.astype(np.int64), lo - piece_start, hi - piece_start,
+            lo - sample * window, hi - sample * window)
 
 
 def pack_best_fit(token_arrays: Sequence[np.ndarray], order: np.ndarray, seq_length: int,
@@ -346,20 +391,30 @@ def document_boundaries(segments: pa.Table, num_samples: int, seq_length: int) -
     return out
 
 
+def sample_shuffle_keys(indices: np.ndarray, seed: int) -> np.ndarray:
+    """The shuffle key of each packed sample: SplitMix64(index XOR a seeded
+    constant), uint64[n]. Distinct indices give distinct keys (SplitMix64 is a
+    bijection of uint64), so the written order, samples sorted by key, is a
+    total order that any task can place one key range at a time."""
+    seed_key = _splitmix64(np.array([(seed ^ _SHUFFLE_SALT) & 0xFFFFFFFFFFFFFFFF], np.uint64))
+    with np.errstate(over="ignore"):
+        return _splitmix64(np.asarray(indices).astype(np.uint64) ^ seed_key[0])
+
+
 def shuffle_samples(num_samples: int, seed: int) -> np.ndarray:
     """The global sample order written to the shards.
 
     Returns:
         int64[num_samples], a permutation of ``0..num_samples-1``: samples
-        sorted by SplitMix64(seed, index). Fixed at write time, so readers
-        iterate in order and need no shuffle buffer.
+        sorted by :func:`sample_shuffle_keys`. Fixed at write time, so readers
+        iterate in order and need no shuffle buffer. (A build never
+        materialises this array: it places samples by key range, see
+        ``pipeline.assemble``.)
 
     Raises:
         ValueError: ``num_samples < 0``.
     """
     if num_samples < 0:
         raise ValueError(f"num_samples must be >= 0, got {num_samples}")
-    seed_key = _splitmix64(np.array([(seed ^ _SHUFFLE_SALT) & 0xFFFFFFFFFFFFFFFF], np.uint64))
-    with np.errstate(over="ignore"):
-        keys = _splitmix64(np.arange(num_samples, dtype=np.uint64) ^ seed_key[0])
+    keys = sample_shuffle_keys(np.arange(num_samples, dtype=np.uint64), seed)
     return np.argsort(keys, kind="stable").astype(np.int64)

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
 
-from stages.base import Partitions, Stage, StageConfig, read_kept, with_decision
+from stages.base import Partitions, Stage, StageConfig, read_kept, view_columns, with_decision
 from stages.packing import id_hash
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -400,17 +400,18 @@ def is_heldout(doc_id: str, seed: int, fraction: float) -> bool:
     return fraction > 0 and id_hash(doc_id, seed ^ _HELDOUT_SALT) < fraction * _HASH_SPACE
 
 
-def language_column(path: Path) -> str | None:
-    """The column that holds a document's language in a stage partition:
-    ``langid_lang`` when language ID ran, else ``lang_hint``, else None."""
-    names = set(pq.read_schema(path).names)
+def language_column(path) -> str | None:
+    """The column that holds a document's language in a partition (a
+    :class:`stages.base.PartitionRef` or a Parquet path): ``langid_lang`` when
+    language ID ran, else ``lang_hint``, else None."""
+    names = set(view_columns(path))
     return next((c for c in ("langid_lang", "lang_hint") if c in names), None)
 
 
 def _document_rows(partitions: Partitions, with_text: bool):
     """Yield (id, source, language, chars[, text]) of each kept document."""
     for path in partitions.paths:
-        names = set(pq.read_schema(path).names)
+        names = set(view_columns(path))
         lang_col = language_column(path)
         cols = ["id"] + [c for c in ("source", "chars") if c in names] + ([lang_col] if lang_col else [])
         if with_text or "chars" not in names:
