@@ -1,10 +1,61 @@
-"""Assemble a version: order the sampled documents, pack ``seq_length + 1``
-windows, shuffle the samples globally by seed, and write the MindRecord shards,
-``lineage.parquet``, ``documents.parquet`` and ``decisions/<stage>.parquet``.
+"""Assemble a version without holding it: order, pack, shuffle and write the
+shards, lineage, documents and decisions as independent executor tasks.
+
+The output is what an in-memory assembly of the whole corpus would write
+(``stages.packing``: ``document_order``, ``pack``/``pack_best_fit``,
+``document_boundaries``, ``shuffle_samples``), cut into files that separate
+tasks write. No process holds more than one partition, one bucket, one shard or
+one table part. Every exchange goes through bucketed spill files
+(:mod:`common.spill`: M map files, one row group per bucket).
+
+Phases (each task writes its outputs atomically and a JSON marker with its
+result under ``work/assemble/markers/``, so a killed build resumes inside the
+assembly and a finished task is never redone):
+
+1. **emit** (one task per partition): reads the partition's final view once
+   and spills (a) every copy of every kept document (``mixture_repeats``
+   copies) with its tokens and lineage facts, to the *order bucket* of its
+   position key (``stages.packing.copy_keys``: key in ``[0, 1)``, bucket =
+   ``floor(key * B)``, so buckets are consecutive ranges of the document
+   order); (b) the kept documents, to their ``documents`` part (id hash);
+   (c) each stage's dropped documents, to their ``decisions/<stage>`` part.
+2. **pack** (one task per order bucket) + **table parts** (one task per part
+   of ``documents``/``excerpts`` and of each ``decisions/<stage>``): a pack
+   task sorts its bucket by ``(key, id, repeat)``, the document order, and
+   cuts ``seq_length + 1`` windows. ``concat_split``: the bucket knows its
+   global token offset (prefix sum of the buckets' token counts, from phase 1),
+   so its windows are the global windows; the few windows that cross a
+   bucket edge are *stitched* by the driver from the pieces the buckets leave
+   (at most two per bucket, each shorter than a window). ``best_fit``: best-fit
+   packing within each order bucket (one bucket when the corpus is below
+   ``order_bucket_tokens``: then exactly the in-memory result). Each sample is
+   spilled to the *shuffle bucket* of its shuffle key
+   (``stages.packing.sample_shuffle_keys``, top bits), with its segments.
+3. **shards** (one task per shard): the written order is the samples sorted
+   by shuffle key; shuffle bucket ``j`` holds a key range, so its samples take
+   positions ``start_j ..`` (prefix sum of the bucket counts). A shard task
+   reads the buckets overlapping its row range, sorts each by key, writes its
+   MindRecord file, its ``lineage/part-SSSSS.parquet`` and spills its lineage
+   rows by document for phase 4.
+4. **lineage by document** (one task per part).
+
+Memory per task: phase 1 one partition (``ingest.partition_bytes`` of text
+and its tokens); phase 2 one order bucket (``output.order_bucket_tokens``
+tokens) or one table part (``output.table_part_bytes``); phase 3 one shard
+(``output.max_shard_bytes``) plus one shuffle bucket
+(``output.shuffle_bucket_samples``). The driver holds bucket counts (a few
+integers per bucket) and one stitched window at a time. See
+docs/architecture.md ("Scale") for the measured costs.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,109 +64,820 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stages.base import KEEP, REASON
+from common.spill import forget, read_bucket, write_buckets
+from pipeline import layout
+from stages.base import KEEP, REASON, read_view
+
+# Row groups of the lineage parts (sorted by sample) and of the by-document
+# index: a lookup decodes one or two groups. 65,536 rows is ~1 MB compressed,
+# decoded in ~10 ms; 16,384 keeps the by-document groups (string keys) as
+# cheap. Our choice, measured with bench/loader.py on a 10M-sample table.
+LINEAGE_ROW_GROUP = 1 << 16
+LINEAGE_BY_DOC_ROW_GROUP = 1 << 14
+DOCUMENTS_ROW_GROUP = 8192
+EXCERPTS_ROW_GROUP = 1024
+EXCERPT_CHARS = 200
+# Sample ids of best-fit packing: bucket b's j-th sample is b << 40 | j
+# (a bucket holds far fewer than 2**40 samples).
+_BEST_FIT_SHIFT = 40
+TABLE_OPTS = {"compression": "zstd"}
+SEGMENT_FIELDS = ("doc_id", "source", "file", "line", "repeat", "doc_token_start", "doc_token_end",
+                  "sample_token_start", "sample_token_end")
 
 
 class BuildError(RuntimeError):
     """The build cannot go on; the message says why."""
 
 
-def final_documents(parts: list[Path]) -> pa.Table:
-    tables = [pq.read_table(p) for p in parts]
-    table = pa.concat_tables(tables, promote_options="default") if tables else None
-    if table is None or table.num_rows == 0:
-        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
-    table = table.filter(pc.equal(table[KEEP], True))
-    if table.num_rows == 0:
-        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
-    return table.sort_by("id")
+# --------------------------------------------------------------------------- small helpers
 
 
-def write_decisions(stage_outputs: dict[str, list[Path]], out: Path) -> int:
-    """Write ``decisions/<stage>.parquet``: every document a stage dropped, with
-    its text, the stage's reason and every measurement made up to that stage
-    (token ids excepted). Returns the number of rows written over all stages."""
-    total = 0
-    (out / "decisions").mkdir(parents=True, exist_ok=True)
-    for name, parts in stage_outputs.items():
-        tables = []
-        for path in parts:
-            t = pq.read_table(path)
-            t = t.filter(pc.invert(t[KEEP]))
-            tables.append(t.drop_columns([c for c in (KEEP, "tokenize_input_ids") if c in t.column_names]))
-        table = pa.concat_tables(tables, promote_options="default").sort_by("id")
-        pq.write_table(table, out / "decisions" / f"{name}.parquet", compression="zstd",
-                       row_group_size=8192)
-        total += table.num_rows
-    return total
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
-LINEAGE = "lineage.parquet"
-LINEAGE_BY_DOC = "lineage_by_doc.parquet"
-# Row groups of lineage.parquet (sorted by sample) and of the by-document index:
-# a lookup decodes one or two groups. 65,536 rows is ~1 MB compressed, decoded
-# in ~10 ms; 16,384 keeps the by-document groups (string keys) as cheap. Our
-# choice, measured with bench/loader.py on a 10M-sample synthetic table.
-LINEAGE_ROW_GROUP = 1 << 16
-LINEAGE_BY_DOC_ROW_GROUP = 1 << 14
+def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
+    """Write Parquet atomically; return the file's sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
+    os.replace(tmp, path)
+    return _sha256(path)
 
 
-def write_lineage(segments: pa.Table, docs: pa.Table, inverse: np.ndarray, out: Path) -> pa.Table:
-    """Write ``lineage.parquet`` (sorted by ``sample_index``, ``segment``; the
-    segment columns plus each document's ``pipeline.lineage.DECISION_COLUMNS``
-    that the documents table has) and its
-    reverse index ``lineage_by_doc.parquet`` (same rows sorted by ``doc_id``,
-    ``repeat``, ``doc_token_start``), both zstd with min/max statistics, so a
-    step's rows or a document's rows are found by row-group statistics alone.
+def _write_json(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
 
-    Args:
-        segments: the packing segments (packing sample numbers).
-        docs: the final documents, indexed by ``segments["doc_index"]``.
-        inverse: int64[num_samples], packing sample -> written (shuffled) index.
-        out: the version directory being assembled.
+
+def _marked(marker: Path):
+    """The result a finished task left, or None."""
+    return json.loads(marker.read_text(encoding="utf-8")) if marker.exists() else None
+
+
+def _schema_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.remove_metadata().serialize().to_pybytes()).decode("ascii")
+
+
+def _schema_ref(schema: pa.Schema, folder: Path) -> str:
+    """Store a schema once under ``folder`` (named by its hash) and return the
+    name: partitions mostly share a schema, so markers stay small."""
+    data = schema.remove_metadata().serialize().to_pybytes()
+    name = hashlib.sha256(data).hexdigest()[:16]
+    path = folder / f"{name}.arrows"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return name
+
+
+def _schema_load(name: str, folder: Path) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer((folder / f"{name}.arrows").read_bytes()))
+
+
+def _schema_from_b64(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def unify(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema for every part of a table: a column that is all-null (type
+    ``null``) in some partitions takes the type the others give it."""
+    return pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns, in order, cast to it
+    (missing columns null)."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            col = table[field.name]
+            columns.append(col if col.type == field.type else col.cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def order_bucket_of(keys: np.ndarray, num_buckets: int) -> np.ndarray:
+    """Order bucket of each copy: ``floor(key * num_buckets)`` (keys in
+    ``[0, 1)``), clipped to the last bucket: monotone in the key, so bucket
+    ``b`` is the ``b``-th range of the document order."""
+    return np.minimum((np.asarray(keys) * num_buckets).astype(np.int64), num_buckets - 1)
+
+
+def shuffle_bucket_of(keys: np.ndarray, bits: int) -> np.ndarray:
+    """Shuffle bucket of each sample: the top ``bits`` bits of its uint64
+    shuffle key, so bucket ``j`` is the ``j``-th key range."""
+    if bits == 0:
+        return np.zeros(len(keys), np.int64)
+    return (np.asarray(keys, np.uint64) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def _bits_for(count: int, per_bucket: int) -> int:
+    bits = 0
+    while (1 << bits) * per_bucket < count and bits < 24:
+        bits += 1
+    return bits
+
+
+def _ends_lists(sample: np.ndarray, sample_end: np.ndarray, num_samples: int,
+                seq_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, the ascending distinct document ends within the model input
+    (``actual_seq_len`` before padding; see
+    ``stages.packing.document_boundaries``), the last always ``seq_length``.
 
     Returns:
-        The lineage table as written (sample order).
+        ``(offsets int32[num_samples + 1], values int32[...])``.
     """
-    from pipeline.lineage import DECISION_COLUMNS
+    end = np.minimum(np.asarray(sample_end, np.int64), seq_length)
+    sample = np.concatenate([np.asarray(sample, np.int64), np.arange(num_samples, dtype=np.int64)])
+    end = np.concatenate([end, np.full(num_samples, seq_length, np.int64)])
+    keys = np.unique(sample * (seq_length + 1) + end)
+    counts = np.bincount(keys // (seq_length + 1), minlength=num_samples)
+    offsets = np.zeros(num_samples + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, (keys % (seq_length + 1)).astype(np.int32)
 
-    take = pa.array(segments["doc_index"].to_numpy())
-    lineage = pa.table({
-        "sample_index": pa.array(inverse[segments["sample_index"].to_numpy()], pa.int64()),
-        "doc_id": docs["id"].take(take),
-        "source": docs["source"].take(take),
-        "file": docs["file"].take(take),
-        "line": docs["line"].take(take),
-        "repeat": segments["repeat"],
-        "doc_token_start": segments["doc_token_start"],
-        "doc_token_end": segments["doc_token_end"],
-        "sample_token_start": segments["sample_token_start"],
-        "sample_token_end": segments["sample_token_end"],
-        # Each document's stage decisions, carried per piece so that a step
-        # lookup never has to search documents.parquet (only for text).
-        **{c: docs[c].take(take) for c in DECISION_COLUMNS if c in docs.column_names},
-    }).sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
-    seg_no = np.zeros(lineage.num_rows, dtype=np.int32)
-    si = lineage["sample_index"].to_numpy()
-    if len(si):
+
+def _pad_ends(ends: pa.ListArray | pa.ChunkedArray, width: int, seq_length: int) -> np.ndarray:
+    """``actual_seq_len`` rows: each list padded to ``width`` by repeating
+    ``seq_length`` (int32[n, width])."""
+    if isinstance(ends, pa.ChunkedArray):
+        ends = ends.combine_chunks()
+    offsets = ends.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    values = ends.flatten().to_numpy(zero_copy_only=False).astype(np.int32)
+    n = len(ends)
+    out = np.full((n, width), seq_length, np.int32)
+    counts = np.diff(offsets)
+    if counts.max(initial=0) > width:
+        raise BuildError(f"a sample holds {counts.max()} document ends, more than the width {width}")
+    rows = np.repeat(np.arange(n), counts)
+    cols = np.arange(len(values)) - np.repeat(offsets[:-1], counts)
+    out[rows, cols] = values
+    return out
+
+
+def _segment_table(keys: np.ndarray, copies: pa.Table, entry: np.ndarray, doc_start, doc_end,
+                   sample_start, sample_end, decision_columns: list[str]) -> pa.Table:
+    take = pa.array(np.asarray(entry, np.int64))
+    columns = {
+        "key": pa.array(np.asarray(keys, np.uint64), pa.uint64()),
+        "doc_id": copies["id"].take(take),
+        "source": copies["source"].take(take),
+        "file": copies["file"].take(take),
+        "line": copies["line"].take(take),
+        "repeat": copies["repeat"].take(take),
+        "doc_token_start": pa.array(np.asarray(doc_start, np.int64), pa.int64()),
+        "doc_token_end": pa.array(np.asarray(doc_end, np.int64), pa.int64()),
+        "sample_token_start": pa.array(np.asarray(sample_start).astype(np.int32), pa.int32()),
+        "sample_token_end": pa.array(np.asarray(sample_end).astype(np.int32), pa.int32()),
+    }
+    for name in decision_columns:
+        columns[name] = copies[name].take(take)
+    return pa.table(columns)
+
+
+# --------------------------------------------------------------------------- phase 1: emit
+
+
+def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
+    """Phase 1 for one partition (see the module docstring).
+
+    Args:
+        task: ``part`` (final :class:`stages.base.PartitionRef`), ``index``,
+            ``stages`` ([(stage name, number of layers up to it)]), ``seed``,
+            ``order_buckets``, ``doc_parts``, ``decision_parts`` ({stage: K}),
+            ``decision_columns`` (lineage facts carried per segment),
+            ``spill`` (directory), ``marker``.
+
+    Returns:
+        ``{"order": {bucket: [copies, tokens]}, "documents": rows,
+        "decisions": {stage: rows}, "schemas": {table: base64 schema}}``.
+    """
+    from stages.packing import copy_keys, id_hash
+
+    marker = Path(task["marker"])
+    if (done := _marked(marker)) is not None:
+        return done
+    ref, index, spill = task["part"], task["index"], Path(task["spill"])
+    name = f"part-{index:05d}.parquet"
+    cache: dict[str, pa.Table] = {}
+    table, _ = read_view(ref, None, kept=True, cache=cache)
+    result: dict[str, Any] = {"order": {}, "documents": table.num_rows, "decisions": {}, "schemas": {}}
+
+    # (a) copies to order buckets
+    ids = table["id"].to_pylist()
+    repeats = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
+    hashes = np.fromiter((id_hash(i, task["seed"]) for i in ids), dtype=np.uint64, count=len(ids))
+    entry, repeat, keys = copy_keys(hashes, repeats)
+    take = pa.array(entry)
+    carried = [c for c in task["decision_columns"] if c in table.column_names]
+    copies = pa.table({
+        "key": pa.array(keys, pa.float64()),
+        "id": table["id"].take(take),
+        "repeat": pa.array(repeat.astype(np.int32), pa.int32()),
+        "tokens": table["tokenize_input_ids"].take(take),
+        "source": table["source"].take(take),
+        "file": table["file"].take(take),
+        "line": table["line"].take(take),
+        **{c: table[c].take(take) for c in carried},
+    })
+    buckets = order_bucket_of(keys, task["order_buckets"])
+    write_buckets(copies, buckets, spill / "order" / name)
+    lengths = pc.list_value_length(copies["tokens"]).to_numpy(zero_copy_only=False).astype(np.int64) \
+        if copies.num_rows else np.zeros(0, np.int64)
+    for b in np.unique(buckets):
+        mask = buckets == b
+        result["order"][int(b)] = [int(mask.sum()), int(lengths[mask].sum())]
+
+    # (b) kept documents to their parts
+    docs = table.drop_columns([c for c in ("tokenize_input_ids", KEEP, REASON) if c in table.column_names])
+    write_buckets(docs, layout.id_parts(ids, task["doc_parts"]), spill / "documents" / name)
+    schemas = Path(task["marker"]).parent / "schemas"
+    result["schemas"]["documents"] = _schema_ref(docs.schema, schemas)
+
+    # (c) each stage's dropped documents
+    for stage, depth in task["stages"]:
+        stage_ref = type(ref)(ref.base, tuple(ref.layers[:depth]))
+        view, _ = read_view(stage_ref, None, kept=False, cache=cache)
+        dropped = view.filter(pc.invert(pc.fill_null(view[KEEP], False)))
+        dropped = dropped.drop_columns([c for c in (KEEP, "tokenize_input_ids") if c in dropped.column_names])
+        k = task["decision_parts"][stage]
+        write_buckets(dropped, layout.id_parts(dropped["id"].to_pylist(), k),
+                      spill / "decisions" / stage / name)
+        result["decisions"][stage] = dropped.num_rows
+        result["schemas"][f"decisions/{stage}"] = _schema_ref(dropped.schema, schemas)
+    _write_json(result, marker)
+    return result
+
+
+# --------------------------------------------------------------------------- phase 2: pack
+
+
+def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
+    """Phase 2 for one order bucket: sort its copies into the document order
+    and cut windows (see the module docstring).
+
+    Args:
+        task: ``bucket``, ``order_files`` (phase-1 spill files, partition
+            order), ``offset`` (global token offset of the bucket),
+            ``num_samples`` (``concat_split``: total windows of the version),
+            ``method``, ``seq_length``, ``pad_id``, ``seed``, ``shuffle_bits``,
+            ``decision_columns``, ``spill``, ``marker``.
+
+    Returns:
+        ``{"counts": {shuffle bucket: samples}, "samples", "tokens",
+        "copies", "padding", "width", "fragments"}``.
+    """
+    from stages.packing import _segments_table, pack_best_fit, pack_pieces, sample_shuffle_keys
+
+    marker = Path(task["marker"])
+    if (done := _marked(marker)) is not None:
+        return done
+    b, spill, seq_length = task["bucket"], Path(task["spill"]), task["seq_length"]
+    window = seq_length + 1
+    copies = read_bucket([Path(p) for p in task["order_files"]], b)
+    copies = copies.sort_by([("key", "ascending"), ("id", "ascending"), ("repeat", "ascending")])
+    carried = [c for c in task["decision_columns"] if c in copies.column_names]
+    tokens_col = copies["tokens"].combine_chunks() if copies.num_rows else pa.array([], pa.list_(pa.int32()))
+    value_type = tokens_col.type.value_type
+    lengths = pc.list_value_length(tokens_col).to_numpy(zero_copy_only=False).astype(np.int64) \
+        if len(tokens_col) else np.zeros(0, np.int64)
+    # The copies' tokens end to end, in the document order (a flattened list
+    # array is already that when the list has no offset gaps).
+    stream = pc.list_flatten(tokens_col).to_numpy(zero_copy_only=False) if len(tokens_col) else \
+        np.zeros(0, np.int32)
+    result = {"counts": {}, "samples": 0, "tokens": int(lengths.sum()), "copies": copies.num_rows,
+              "padding": 0, "width": 1, "fragments": 0}
+    name = f"pack-{b:05d}.parquet"
+
+    if task["method"] == "concat_split":
+        offset, total = task["offset"], task["num_samples"]
+        sample, entry, doc_start, doc_end, s_start, s_end = pack_pieces(lengths, offset, window, total)
+        first_full = -(-offset // window)
+        last_full = min((offset + len(stream)) // window, total) - 1
+        full = (sample >= first_full) & (sample <= last_full)
+        # Fragments: pieces of the windows that cross an edge of the bucket.
+        frag = ~full
+        if frag.any():
+            pos = sample[frag] * window + s_start[frag] - offset
+            piece_tokens = [stream[p:p + (e - s)] for p, s, e in zip(pos, s_start[frag], s_end[frag])]
+            fragments = _segment_table(np.zeros(int(frag.sum()), np.uint64), copies, entry[frag],
+                                       doc_start[frag], doc_end[frag], s_start[frag], s_end[frag], carried)
+            fragments = fragments.drop_columns(["key"]).add_column(
+                0, "sample", pa.array(sample[frag], pa.int64())).append_column(
+                "tokens", pa.array(piece_tokens, pa.list_(value_type)))
+            _write_table(fragments, spill / "fragments" / name, 1 << 20)
+            result["fragments"] = int(frag.sum())
+        n_full = max(0, last_full - first_full + 1)
+        ks = np.arange(first_full, first_full + n_full, dtype=np.int64)
+        start = first_full * window - offset
+        samples = stream[start:start + n_full * window].reshape(n_full, window) if n_full else \
+            np.zeros((0, window), stream.dtype)
+        seg_local = sample[full] - first_full
+        seg = (entry[full], doc_start[full], doc_end[full], s_start[full], s_end[full])
+    else:
+        pieces = [stream[o:o + n] for o, n in zip(np.cumsum(lengths) - lengths, lengths)]
+        order = np.stack([np.arange(len(pieces)), np.zeros(len(pieces), np.int64)], axis=1)
+        if len(pieces):
+            samples, segments = pack_best_fit(pieces, order, seq_length, pad_id=task["pad_id"])
+        else:
+            samples = np.zeros((0, window), np.int32)
+            segments = _segments_table([], order, np.zeros(0, np.int64), [], [], [], [], {})
+        n_full = samples.shape[0]
+        result["padding"] = int(samples.size - lengths.sum())
+        ks = (np.int64(b) << np.int64(_BEST_FIT_SHIFT)) + np.arange(n_full, dtype=np.int64)
+        seg_local = segments["sample_index"].to_numpy()
+        seg = tuple(segments[c].to_numpy() for c in ("doc_index", "doc_token_start", "doc_token_end",
+                                                     "sample_token_start", "sample_token_end"))
+
+    keys = sample_shuffle_keys(ks.astype(np.uint64), task["seed"]) if n_full else np.zeros(0, np.uint64)
+    offsets, values = _ends_lists(seg_local, seg[4], n_full, seq_length)
+    buckets = shuffle_bucket_of(keys, task["shuffle_bits"])
+    sample_table = pa.table({
+        "key": pa.array(keys, pa.uint64()),
+        "tokens": pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(samples).reshape(-1),
+                                                             value_type), window),
+        "ends": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32())),
+    })
+    write_buckets(sample_table, buckets, spill / "samples" / name)
+    segments = _segment_table(keys[seg_local] if n_full else np.zeros(0, np.uint64), copies, seg[0],
+                              seg[1], seg[2], seg[3], seg[4], carried)
+    write_buckets(segments, buckets[seg_local] if n_full else np.zeros(0, np.int64),
+                  spill / "segments" / name)
+    for j in np.unique(buckets):
+        result["counts"][int(j)] = int((buckets == j).sum())
+    result["samples"] = int(n_full)
+    result["width"] = int(np.diff(offsets).max(initial=1))
+    _write_json(result, marker)
+    return result
+
+
+def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shuffle_bits: int,
+                     spill: Path, chunk: int = 4096) -> dict[str, Any]:
+    """Driver: the windows that cross order-bucket edges, from the pieces the
+    pack tasks left, in bucket order (one window in memory at a time).
+
+    Returns:
+        ``{"counts": {shuffle bucket: samples}, "samples", "width", "files"}``.
+    """
+    from stages.packing import sample_shuffle_keys
+
+    window = seq_length + 1
+    out = {"counts": {}, "samples": 0, "width": 1, "files": []}
+    done_samples: list[tuple[int, np.ndarray, pa.Table]] = []
+    current: tuple[int, list[np.ndarray], list[pa.Table]] | None = None
+
+    def flush():
+        if not done_samples:
+            return
+        ks = np.array([d[0] for d in done_samples], np.int64)
+        keys = sample_shuffle_keys(ks.astype(np.uint64), seed)
+        buckets = shuffle_bucket_of(keys, shuffle_bits)
+        segs = [d[2] for d in done_samples]
+        seg_local = np.concatenate([np.full(s.num_rows, i, np.int64) for i, s in enumerate(segs)])
+        seg = pa.concat_tables(segs)
+        offsets, values = _ends_lists(seg_local, seg["sample_token_end"].to_numpy(), len(ks), seq_length)
+        tokens = np.concatenate([d[1] for d in done_samples])
+        value_type = seg.schema.field("tokens").type.value_type
+        sample_table = pa.table({
+            "key": pa.array(keys, pa.uint64()),
+            "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens, value_type), window),
+            "ends": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32())),
+        })
+        name = f"stitch-{len(out['files']):05d}.parquet"
+        write_buckets(sample_table, buckets, spill / "samples" / name)
+        seg = seg.drop_columns(["sample", "tokens"]).add_column(0, "key", pa.array(keys[seg_local], pa.uint64()))
+        write_buckets(seg, buckets[seg_local], spill / "segments" / name)
+        out["files"].append(name)
+        for j in np.unique(buckets):
+            out["counts"][int(j)] = out["counts"].get(int(j), 0) + int((buckets == j).sum())
+        out["samples"] += len(ks)
+        out["width"] = max(out["width"], int(np.diff(offsets).max(initial=1)))
+        done_samples.clear()
+
+    for path in fragment_files:
+        table = pq.read_table(path).sort_by([("sample", "ascending"), ("sample_token_start", "ascending")])
+        for i in range(table.num_rows):
+            row = table.slice(i, 1)
+            k = int(row["sample"][0].as_py())
+            if current is None or current[0] != k:
+                if current is not None:
+                    raise BuildError(f"window {current[0]} was not completed by the pieces of its buckets")
+                current = (k, [], [])
+            current[1].append(np.asarray(row["tokens"].combine_chunks().flatten().to_numpy(zero_copy_only=False)))
+            current[2].append(row)
+            if sum(len(t) for t in current[1]) == window:
+                tokens = np.concatenate(current[1])
+                done_samples.append((k, tokens, pa.concat_tables(current[2])))
+                current = None
+                if len(done_samples) >= chunk:
+                    flush()
+    if current is not None:
+        raise BuildError(f"window {current[0]} was not completed by the pieces of its buckets")
+    flush()
+    return out
+
+
+# --------------------------------------------------------------------------- phase 2: table parts
+
+
+def write_table_part(task: dict[str, Any]) -> dict[str, Any]:
+    """Phase 2: one part of ``documents`` (+ ``excerpts``) or of
+    ``decisions/<stage>``: its rows from every partition's spill, sorted by
+    id, cast to the table's schema.
+
+    Returns:
+        ``{"rows", "files": {relative path: sha256}}``.
+    """
+    marker = Path(task["marker"])
+    if (done := _marked(marker)) is not None:
+        return done
+    schema = _schema_from_b64(task["schema"])
+    files = [Path(p) for p in task["spill_files"]]
+    parts = [read_bucket([f], task["part"]) for f in files]
+    parts = [_conform(t, schema) for t in parts if t.num_rows]
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    table = table.sort_by("id")
+    tmp, out = Path(task["tmp"]), {}
+    rel = task["relative"]
+    out[rel] = _write_table(table, tmp / rel, DOCUMENTS_ROW_GROUP)
+    if task.get("excerpts"):
+        excerpts = pa.table({"id": table["id"],
+                             "text_excerpt": pc.utf8_slice_codeunits(table["text"], 0, EXCERPT_CHARS)})
+        out[task["excerpts"]] = _write_table(excerpts, tmp / task["excerpts"], EXCERPTS_ROW_GROUP)
+    result = {"rows": table.num_rows, "files": out}
+    _write_json(result, marker)
+    return result
+
+
+# --------------------------------------------------------------------------- phase 3: shards
+
+
+def write_shard(task: dict[str, Any]) -> dict[str, Any]:
+    """Phase 3 for one shard: samples of positions ``[first, stop)``.
+
+    Args:
+        task: ``shard``, ``first``, ``stop``, ``buckets`` ([(bucket, start
+            position, count)] overlapping the range), ``sample_files``,
+            ``segment_files``, ``seq_length``, ``width``, ``page``,
+            ``header``, ``by_doc_parts``, ``tmp``, ``spill``, ``marker``.
+
+    Returns:
+        ``{"shard": {name, sha256, db_sha256, rows, bytes}, "files":
+        {lineage part: sha256}, "tokens_by_source": {source: tokens},
+        "segments": rows, "node": ...}``.
+    """
+    from pipeline.writer import COLUMN, shard_name, validate_samples, write_one_shard
+
+    marker = Path(task["marker"])
+    if (done := _marked(marker)) is not None:
+        return done
+    s, first, stop = task["shard"], task["first"], task["stop"]
+    seq_length, width = task["seq_length"], task["width"]
+    sample_files = [Path(p) for p in task["sample_files"]]
+    segment_files = [Path(p) for p in task["segment_files"]]
+    token_rows, end_rows, segment_tables = [], [], []
+    for bucket, start, count in task["buckets"]:
+        samples = read_bucket(sample_files, bucket)
+        if samples.num_rows != count:
+            raise BuildError(f"shuffle bucket {bucket}: {samples.num_rows} samples, expected {count}")
+        order = np.argsort(samples["key"].to_numpy(), kind="stable")
+        keys = samples["key"].to_numpy()[order]
+        positions = start + np.arange(count, dtype=np.int64)
+        inside = (positions >= first) & (positions < stop)
+        picked = pa.array(order[inside])
+        window = seq_length + 1
+        tokens = samples["tokens"].combine_chunks().take(picked)
+        token_rows.append(tokens.flatten().to_numpy(zero_copy_only=False).reshape(-1, window).astype(np.int32))
+        end_rows.append(_pad_ends(samples["ends"].combine_chunks().take(picked), width, seq_length))
+        segs = read_bucket(segment_files, bucket)
+        if segs.num_rows:
+            where = np.searchsorted(keys, segs["key"].to_numpy())
+            seg_pos = positions[where]
+            keep = (seg_pos >= first) & (seg_pos < stop)
+            segs = segs.filter(pa.array(keep)).drop_columns(["key"])
+            segs = segs.add_column(0, "sample_index", pa.array(seg_pos[keep], pa.int64()))
+            segment_tables.append(segs)
+    rows = np.concatenate(token_rows) if token_rows else np.zeros((0, seq_length + 1), np.int32)
+    ends = np.concatenate(end_rows) if end_rows else np.zeros((0, width), np.int32)
+    if rows.shape[0] != stop - first:
+        raise BuildError(f"shard {s}: {rows.shape[0]} samples for positions {first}..{stop - 1}")
+
+    tmp = Path(task["tmp"])
+    name = shard_name("corpus", s)
+    path = tmp / name
+    for stale in (path, Path(f"{path}.db")):
+        stale.unlink(missing_ok=True)  # a write cut short by a crash
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_one_shard(path, {COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)},
+                    task["page"], task["header"])
+    shard = {"name": name, "sha256": _sha256(path), "db_sha256": _sha256(Path(f"{path}.db")),
+             "rows": int(rows.shape[0]), "bytes": path.stat().st_size}
+
+    lineage = pa.concat_tables(segment_tables) if segment_tables else None
+    result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": {}, "segments": 0}
+    if lineage is not None:
+        lineage = lineage.sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
+        si = lineage["sample_index"].to_numpy()
         starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1]
         seg_no = (np.arange(len(si)) - np.repeat(starts, np.diff(np.r_[starts, len(si)]))).astype(np.int32)
-    lineage = lineage.add_column(1, "segment", pa.array(seg_no))
-    pq.write_table(lineage, out / LINEAGE, compression="zstd", row_group_size=LINEAGE_ROW_GROUP)
-    by_doc = lineage.sort_by([("doc_id", "ascending"), ("repeat", "ascending"),
-                              ("doc_token_start", "ascending")])
-    pq.write_table(by_doc, out / LINEAGE_BY_DOC, compression="zstd", row_group_size=LINEAGE_BY_DOC_ROW_GROUP)
-    return lineage
+        lineage = lineage.add_column(1, "segment", pa.array(seg_no))
+        rel = f"{layout.LINEAGE}/{layout.part_name(s)}"
+        result["files"][rel] = _write_table(lineage, tmp / rel, LINEAGE_ROW_GROUP)
+        write_buckets(lineage, layout.id_parts(lineage["doc_id"].to_pylist(), task["by_doc_parts"]),
+                      Path(task["spill"]) / "by_doc" / f"shard-{s:05d}.parquet")
+        lengths = pc.cast(pc.subtract(lineage["sample_token_end"], lineage["sample_token_start"]), pa.int64())
+        grouped = pa.table({"source": lineage["source"], "tokens": lengths}).group_by("source").aggregate(
+            [("tokens", "sum")])
+        result["tokens_by_source"] = dict(zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()))
+        result["segments"] = lineage.num_rows
+    _write_json(result, marker)
+    return result
 
 
-def packed_per_source(lineage: pa.Table, mixture: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def write_by_doc_part(task: dict[str, Any]) -> dict[str, Any]:
+    """Phase 4: one part of ``lineage_by_doc`` (the lineage rows of its
+    documents, sorted by ``doc_id``, ``repeat``, ``doc_token_start``)."""
+    marker = Path(task["marker"])
+    if (done := _marked(marker)) is not None:
+        return done
+    files = [Path(p) for p in task["spill_files"]]
+    schema = _schema_from_b64(task["schema"])
+    parts = [_conform(t, schema) for t in (read_bucket([f], task["part"]) for f in files) if t.num_rows]
+    table = pa.concat_tables(parts) if parts else schema.empty_table()
+    table = table.sort_by([("doc_id", "ascending"), ("repeat", "ascending"), ("doc_token_start", "ascending")])
+    rel = task["relative"]
+    result = {"rows": table.num_rows, "files": {rel: _write_table(table, Path(task["tmp"]) / rel,
+                                                                  LINEAGE_BY_DOC_ROW_GROUP)}}
+    _write_json(result, marker)
+    return result
+
+
+def run_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Dispatch one assembly task by ``task["kind"]`` (one executor map can
+    then run pack and table-part tasks together)."""
+    return {"pack": pack_bucket, "table": write_table_part, "shard": write_shard,
+            "by_doc": write_by_doc_part, "emit": emit_partition}[task["kind"]](task)
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _sum_counts(dicts) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[int(k)] = out.get(int(k), 0) + int(v)
+    return out
+
+
+def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_reports: dict[str, Any],
+             bytes_per_char: float, pad_id: int, mixture: dict[str, Any], work: Path, tmp: Path,
+             executor, runlog, fingerprint: str) -> dict[str, Any]:
+    """Write the samples, lineage, documents and decisions of a version into
+    ``tmp`` (see the module docstring), resuming a killed assembly.
+
+    Args:
+        cfg: the build config (``seed``, ``output``).
+        final_parts: the partitions after the last stage (refs).
+        stage_depths: (stage, layers up to it) in stage order, for decisions.
+        stage_reports: each stage's report (totals, for part counts).
+        bytes_per_char: UTF-8 bytes per character of the input (part sizes).
+        pad_id: the best-fit padding token.
+        mixture: the mixture stage's facts (targets for ``packed_per_source``).
+        work: ``corpora/.work/<version>/assemble`` (spill, markers).
+        tmp: the version directory being assembled.
+        executor: runs the tasks (local pool or Ray).
+        runlog: the build's log.
+        fingerprint: everything the output depends on; a different one
+            restarts the assembly from scratch.
+
+    Returns:
+        Manifest entries: ``seq_length``, ``num_samples``, ``num_tokens``,
+        ``columns``, ``packing``, ``shards``, ``layout``, ``files`` (sha256 of
+        each written table part), ``decision_rows``.
+
+    Raises:
+        BuildError: no sample can be packed; an internal count disagrees.
+    """
+    from pipeline.lineage import DECISION_COLUMNS
+    from pipeline.writer import page_and_header_size
+
+    out_cfg = cfg.output
+    seq_length = out_cfg.seq_length
+    window = seq_length + 1
+    method = out_cfg.packing
+    state_path = work / "_STATE.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {}
+    if state.get("fingerprint") != fingerprint:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    _write_json({"fingerprint": fingerprint}, state_path)
+    spill, markers = work / "spill", work / "markers"
+    forget()
+
+    total_tokens = int(mixture.get("realized_tokens") or 0)
+    if total_tokens < window:
+        raise BuildError(f"the sampled documents hold {total_tokens} tokens, fewer than seq_length + 1 = "
+                         f"{window}: no sample can be packed (lower output.seq_length or add data)")
+    order_buckets = max(1, math.ceil(total_tokens / out_cfg.order_bucket_tokens))
+    kept_chars = stage_reports["mixture"]["totals"]["kept_chars"]
+    doc_parts = layout.parts_for(int(kept_chars * bytes_per_char), out_cfg.table_part_bytes)
+    decision_parts = {}
+    for stage, _ in stage_depths:
+        tot = stage_reports[stage]["totals"]
+        decision_parts[stage] = layout.parts_for(int((tot["chars_in"] - tot["kept_chars"]) * bytes_per_char),
+                                                 out_cfg.table_part_bytes)
+
+    # phase 1: emit
+    emit_tasks = [{"kind": "emit", "part": part, "index": i, "stages": stage_depths, "seed": cfg.seed,
+                   "order_buckets": order_buckets, "doc_parts": doc_parts, "decision_parts": decision_parts,
+                   "decision_columns": list(DECISION_COLUMNS), "spill": str(spill),
+                   "marker": str(markers / f"emit-{i:05d}.json")} for i, part in enumerate(final_parts)]
+    tracker = runlog.tracker("assemble-emit", len(emit_tasks))
+    try:
+        emitted = executor.map(run_task, emit_tasks, on_done=tracker)
+    finally:
+        tracker.close()
+    order_sums = {}
+    for e in emitted:
+        for b, (n, t) in e["order"].items():
+            have = order_sums.get(int(b), [0, 0])
+            order_sums[int(b)] = [have[0] + n, have[1] + t]
+    tokens = sum(v[1] for v in order_sums.values())
+    copies = sum(v[0] for v in order_sums.values())
+    if tokens != total_tokens:
+        raise BuildError(f"the partitions hold {tokens} sampled tokens, the mixture planned {total_tokens}")
+    part_files = [spill / "order" / f"part-{i:05d}.parquet" for i in range(len(final_parts))]
+    num_samples = tokens // window if method == "concat_split" else None
+    estimate = tokens // window + 1
+    shuffle_bits = _bits_for(estimate, out_cfg.shuffle_bucket_samples)
+
+    # phase 2: pack + table parts
+    offsets, running = {}, 0
+    for b in range(order_buckets):
+        offsets[b] = running
+        running += order_sums.get(b, [0, 0])[1]
+    tasks = [{"kind": "pack", "bucket": b, "order_files": [str(p) for p in part_files], "offset": offsets[b],
+              "num_samples": num_samples, "method": method, "seq_length": seq_length, "pad_id": pad_id,
+              "seed": cfg.seed, "shuffle_bits": shuffle_bits, "decision_columns": list(DECISION_COLUMNS),
+              "spill": str(spill), "marker": str(markers / f"pack-{b:05d}.json")}
+             for b in range(order_buckets) if order_sums.get(b, [0, 0])[0]]
+    schema_dir = markers / "schemas"
+
+    def unified(key: str) -> pa.Schema:
+        return unify([_schema_load(name, schema_dir) for name in sorted({e["schemas"][key] for e in emitted})])
+
+    doc_schema = unified("documents")
+    doc_files = [str(spill / "documents" / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+    for j in range(doc_parts):
+        tasks.append({"kind": "table", "part": j, "spill_files": doc_files, "schema": _schema_b64(doc_schema),
+                      "relative": f"{layout.DOCUMENTS}/{layout.part_name(j)}",
+                      "excerpts": f"{layout.EXCERPTS}/{layout.part_name(j)}", "tmp": str(tmp),
+                      "marker": str(markers / f"documents-{j:05d}.json")})
+    for stage, _ in stage_depths:
+        schema = unified(f"decisions/{stage}")
+        files = [str(spill / "decisions" / stage / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+        for j in range(decision_parts[stage]):
+            tasks.append({"kind": "table", "part": j, "spill_files": files, "schema": _schema_b64(schema),
+                          "relative": f"{layout.DECISIONS}/{stage}/{layout.part_name(j)}", "tmp": str(tmp),
+                          "marker": str(markers / f"decisions-{stage}-{j:05d}.json")})
+    tracker = runlog.tracker("assemble-pack", len(tasks))
+    try:
+        results = executor.map(run_task, tasks, on_done=tracker)
+    finally:
+        tracker.close()
+    packed = [r for t, r in zip(tasks, results) if t["kind"] == "pack"]
+    files: dict[str, str] = {}
+    decision_rows = 0
+    kept_rows = 0
+    for t, r in zip(tasks, results):
+        if t["kind"] == "table":
+            files.update(r["files"])
+            if t["relative"].startswith(layout.DECISIONS):
+                decision_rows += r["rows"]
+            else:
+                kept_rows += r["rows"]
+    counts = _sum_counts(r["counts"] for r in packed)
+    width = max([r["width"] for r in packed] + [1])
+    sample_names = [f"pack-{t['bucket']:05d}.parquet" for t in tasks if t["kind"] == "pack"]
+    if method == "concat_split":
+        stitch_state = work / "stitch.json"
+        if stitch_state.exists():
+            stitched = json.loads(stitch_state.read_text())
+        else:
+            for stale in ("samples", "segments"):
+                for f in (spill / stale).glob("stitch-*.parquet"):
+                    f.unlink()
+            fragment_files = [spill / "fragments" / n for n in sample_names
+                              if (spill / "fragments" / n).exists()]
+            stitched = stitch_fragments(fragment_files, seq_length, cfg.seed, shuffle_bits, spill)
+            _write_json(stitched, stitch_state)
+        counts = _sum_counts([counts, stitched["counts"]])
+        width = max(width, stitched["width"])
+        sample_names += stitched["files"]
+    total = sum(counts.values())
+    if total == 0:
+        raise BuildError(f"the sampled documents hold fewer than seq_length + 1 = {window} "
+                         "tokens: no sample can be packed (lower output.seq_length or add data)")
+    if num_samples is not None and total != num_samples:
+        raise BuildError(f"packed {total} samples, expected {num_samples}")
+    shutil.rmtree(spill / "order", ignore_errors=True)
+    shutil.rmtree(spill / "documents", ignore_errors=True)
+    shutil.rmtree(spill / "decisions", ignore_errors=True)
+    shutil.rmtree(spill / "fragments", ignore_errors=True)
+
+    # phase 3: shards
+    rows_per_shard = max(1, out_cfg.max_shard_bytes // (4 * window))
+    page, header = page_and_header_size(min(rows_per_shard, total), window + width)
+    starts, running = {}, 0
+    for j in sorted(counts):
+        starts[j] = running
+        running += counts[j]
+    segments_estimate = copies + total
+    by_doc_parts = layout.parts_for(segments_estimate * 150, out_cfg.table_part_bytes)
+    shard_tasks = []
+    for s, first in enumerate(range(0, total, rows_per_shard)):
+        stop = min(total, first + rows_per_shard)
+        overlap = [(j, starts[j], counts[j]) for j in sorted(counts)
+                   if starts[j] < stop and starts[j] + counts[j] > first]
+        shard_tasks.append({"kind": "shard", "shard": s, "first": first, "stop": stop, "buckets": overlap,
+                            "sample_files": [str(spill / "samples" / n) for n in sample_names],
+                            "segment_files": [str(spill / "segments" / n) for n in sample_names],
+                            "seq_length": seq_length, "width": width, "page": page, "header": header,
+                            "by_doc_parts": by_doc_parts, "tmp": str(tmp), "spill": str(spill),
+                            "marker": str(markers / f"shard-{s:05d}.json")})
+    tracker = runlog.tracker("assemble-shards", len(shard_tasks))
+    try:
+        written = executor.map(run_task, shard_tasks, on_done=tracker)
+    finally:
+        tracker.close()
+    shards = [w["shard"] for w in written]
+    by_source: dict[str, int] = {}
+    for w in written:
+        files.update(w["files"])
+        for src, n in w["tokens_by_source"].items():
+            by_source[src] = by_source.get(src, 0) + int(n)
+    shutil.rmtree(spill / "samples", ignore_errors=True)
+    shutil.rmtree(spill / "segments", ignore_errors=True)
+
+    # phase 4: lineage by document
+    by_doc_files = [str(spill / "by_doc" / f"shard-{s:05d}.parquet") for s in range(len(shard_tasks))
+                    if written[s]["segments"]]
+    first_lineage = next(iter(sorted(k for k in files if k.startswith(layout.LINEAGE + "/"))), None)
+    schema = pq.read_schema(tmp / first_lineage) if first_lineage else pa.schema([])
+    by_doc_tasks = [{"kind": "by_doc", "part": j, "spill_files": by_doc_files, "schema": _schema_b64(schema),
+                     "relative": f"{layout.LINEAGE_BY_DOC}/{layout.part_name(j)}", "tmp": str(tmp),
+                     "marker": str(markers / f"by-doc-{j:05d}.json")} for j in range(by_doc_parts)]
+    tracker = runlog.tracker("assemble-index", len(by_doc_tasks))
+    try:
+        for r in executor.map(run_task, by_doc_tasks, on_done=tracker):
+            files.update(r["files"])
+    finally:
+        tracker.close()
+    shutil.rmtree(spill, ignore_errors=True)
+    forget()
+
+    packed_tokens = total * window - sum(r["padding"] for r in packed)
+    padding = sum(r["padding"] for r in packed)
+    runlog.echo(f"[assemble] {total} samples of {window} tokens ({method}) in {len(shards)} shard(s)")
+    return {
+        "seq_length": seq_length,
+        "num_samples": int(total),
+        "num_tokens": int(total * window),
+        "columns": {"input_ids": [window], "actual_seq_len": [int(width)]},
+        "packing": {"method": method, "document_copies": int(copies),
+                    "tokens_sampled": int(tokens), "tokens_packed": int(packed_tokens),
+                    "tokens_dropped_tail": int(tokens - packed_tokens) if method == "concat_split" else 0,
+                    "padding_tokens": int(padding), "pad_id": pad_id if method == "best_fit" else None,
+                    "boundaries_width": int(width),
+                    "packed_per_source": packed_per_source(by_source, mixture)},
+        "shards": shards,
+        "layout": {"format": 2, "order_buckets": order_buckets, "shuffle_buckets": 1 << shuffle_bits,
+                   "documents_parts": doc_parts, "excerpts_parts": doc_parts,
+                   "lineage_by_doc_parts": by_doc_parts, "decisions_parts": decision_parts},
+        "files": files,
+        "decision_rows": decision_rows,
+        "kept_rows": kept_rows,
+    }
+
+
+def packed_per_source(tokens: dict[str, int], mixture: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Tokens of each source that made it into samples (after the dropped tail
     and best-fit padding), their share of the packed document tokens, and the
     difference to the mixture's ``target_share`` in percentage points."""
-    lengths = pc.subtract(lineage["sample_token_end"], lineage["sample_token_start"])
-    grouped = pa.table({"source": lineage["source"], "tokens": pc.cast(lengths, pa.int64())}) \
-        .group_by("source").aggregate([("tokens", "sum")])
-    tokens = dict(zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()))
     total = sum(tokens.values()) or 1
     targets = (mixture or {}).get("per_source", {})
     out = {}
@@ -127,89 +889,71 @@ def packed_per_source(lineage: pa.Table, mixture: dict[str, Any] | None) -> dict
     return out
 
 
-def assemble(cfg, docs: pa.Table, tmp: Path, log, pad_id: int = 0,
-             mixture: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Order, pack, shuffle and write the version's samples, lineage and documents.
+class _QuietLog:
+    """The part of ``pipeline.runlog.RunLog`` the assembly uses, silent."""
+
+    def __init__(self, echo=None):
+        self.echo = echo or (lambda message: None)
+
+    def tracker(self, stage: str, total: int, documents=None):
+        return _NoTracker()
+
+
+class _NoTracker:
+    def __call__(self, index, result):
+        pass
+
+    def close(self):
+        pass
+
+
+def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, work_dir: Path | None = None,
+                       partitions: int = 1, executor=None, pad_id: int = 0) -> dict[str, Any]:
+    """Assemble a version from an in-memory table of final documents, as a
+    build does after its stages (for tests, benchmarks and tools).
 
     Args:
-        cfg: the build config (``seed``, ``output.seq_length``,
-            ``output.max_shard_bytes``, and ``output.packing`` when the config
-            has it: ``concat_split`` (default) or ``best_fit``).
-        docs: the final kept documents (``final_documents``), sorted by id,
-            with ``tokenize_input_ids`` and ``mixture_repeats``.
-        tmp: the version directory being assembled.
-        log: a ``print``-like function.
-        pad_id: token written into best-fit padding (the tokenizer's pad id, 0).
-        mixture: the mixture stage's facts, to report packed vs target shares.
+        docs: the final documents: the base columns (``id``, ``source``,
+            ``file``, ``line``, ``text``, ``chars`` optional), any measurement
+            columns, ``tokenize_input_ids`` (list of ints, EOS last) and
+            ``mixture_repeats`` (int32).
+        version_dir: the (new) version directory to write into.
+        output: a ``pipeline.config.OutputConfig``.
+        seed: the build seed.
+        work_dir: spill and marker directory (default ``version_dir/../.work-<name>``).
+        partitions: split ``docs`` into this many partitions (row ranges),
+            to exercise the exchange as a build with many partitions would.
+        executor: default a one-process ``LocalExecutor``.
 
     Returns:
-        Manifest entries: ``seq_length``, ``num_samples``, ``num_tokens``
-        (``num_samples * (seq_length + 1)``, padding included), ``columns``
-        (stored column -> row shape), ``packing`` (method, copies, tokens
-        sampled / packed / dropped / padding, ``boundaries_width``,
-        ``packed_per_source``), ``shards``.
-
-    Raises:
-        BuildError: no sample can be packed.
-        ValueError: an unknown packing method.
+        :func:`assemble`'s manifest entries (no decisions: nothing is dropped).
     """
-    from pipeline.writer import COLUMN, write_shards
-    from stages.packing import (
-        PACKING_METHODS,
-        document_boundaries,
-        document_order,
-        pack,
-        pack_best_fit,
-        shuffle_samples,
-    )
+    from types import SimpleNamespace
 
-    seq_length = cfg.output.seq_length
-    method = getattr(cfg.output, "packing", "concat_split")
-    if method not in PACKING_METHODS:
-        raise ValueError(f"output.packing: {method!r} is not one of {PACKING_METHODS}")
-    ids = docs["id"].to_pylist()
-    token_lists = docs["tokenize_input_ids"]
-    token_arrays = [np.asarray(token_lists[i].values, dtype=np.int32) for i in range(len(ids))]
-    repeats = np.asarray(docs["mixture_repeats"].to_pylist(), dtype=np.int64)
-    order = document_order(ids, repeats, cfg.seed)
-    if method == "best_fit":
-        samples, segments = pack_best_fit(token_arrays, order, seq_length, pad_id=pad_id)
-    else:
-        samples, segments = pack(token_arrays, order, seq_length)
-    if samples.shape[0] == 0:
-        raise BuildError(f"the sampled documents hold fewer than seq_length + 1 = {seq_length + 1} "
-                         "tokens: no sample can be packed (lower output.seq_length or add data)")
-    boundaries = document_boundaries(segments, samples.shape[0], seq_length)
-    perm = shuffle_samples(samples.shape[0], cfg.seed)
-    samples, boundaries = samples[perm], boundaries[perm]
-    inverse = np.empty_like(perm)
-    inverse[perm] = np.arange(perm.shape[0])
+    from pipeline.executor import LocalExecutor
+    from stages.base import PartitionRef
 
-    shards = write_shards(samples, tmp, prefix="corpus", max_shard_bytes=cfg.output.max_shard_bytes,
-                          columns={"actual_seq_len": boundaries})
-    lineage = write_lineage(segments, docs, inverse, tmp)
-
-    keep_cols = [c for c in docs.column_names if c not in ("tokenize_input_ids", KEEP, REASON)]
-    pq.write_table(docs.select(keep_cols), tmp / "documents.parquet", compression="zstd", row_group_size=8192)
-    # The lineage lookup's text index: id -> first 200 characters, small row groups.
-    excerpts = pa.table({"id": docs["id"], "text_excerpt": pc.utf8_slice_codeunits(docs["text"], 0, 200)})
-    pq.write_table(excerpts, tmp / "excerpts.parquet", compression="zstd", row_group_size=1024)
-
-    meta = segments.schema.metadata
-    total_tokens = int(sum(len(a) * int(r) for a, r in zip(token_arrays, repeats)))
-    packed = int(samples.shape[0]) * (seq_length + 1)
-    padding = int(meta[b"padding_tokens"])
-    log(f"[assemble] {samples.shape[0]} samples of {seq_length + 1} tokens ({method}) in {len(shards)} shard(s)")
-    return {
-        "seq_length": seq_length,
-        "num_samples": int(samples.shape[0]),
-        "num_tokens": packed,
-        "columns": {COLUMN: [seq_length + 1], "actual_seq_len": [int(boundaries.shape[1])]},
-        "packing": {"method": method, "document_copies": int(order.shape[0]),
-                    "tokens_sampled": total_tokens, "tokens_packed": packed - padding,
-                    "tokens_dropped_tail": int(meta[b"dropped_tail_tokens"]),
-                    "padding_tokens": padding, "pad_id": pad_id if method == "best_fit" else None,
-                    "boundaries_width": int(boundaries.shape[1]),
-                    "packed_per_source": packed_per_source(lineage, mixture)},
-        "shards": shards,
-    }
+    version_dir = Path(version_dir)
+    work_dir = Path(work_dir) if work_dir else version_dir.parent / f".work-{version_dir.name}"
+    if "chars" not in docs.column_names:
+        docs = docs.append_column("chars", pc.cast(pc.utf8_length(docs["text"]), pa.int64()))
+    refs = []
+    bounds = np.linspace(0, docs.num_rows, partitions + 1).astype(int)
+    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        path = work_dir / "input" / f"part-{k:05d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(docs.slice(lo, hi - lo), path)
+        refs.append(PartitionRef(str(path)))
+    tokens = pc.list_value_length(docs["tokenize_input_ids"]).to_numpy(zero_copy_only=False).astype(np.int64)
+    repeats = docs["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
+    reports = {"mixture": {"totals": {"kept_chars": int(pc.sum(docs["chars"]).as_py() or 0)}}}
+    mixture = {"realized_tokens": int((tokens * repeats).sum()), "per_source": {}}
+    cfg = SimpleNamespace(seed=seed, output=output)
+    own = executor is None
+    executor = executor or LocalExecutor(1)
+    try:
+        return assemble(cfg, refs, [], reports, 1.0, pad_id, mixture, work_dir / "assemble", version_dir,
+                        executor, _QuietLog(), fingerprint="documents")
+    finally:
+        if own:
+            executor.close()

@@ -1,21 +1,30 @@
-"""Orchestration: ingest -> stages -> assemble -> publish.
+"""Orchestration: ingest -> stages -> assemble -> manifest -> publish.
 
-One build turns the configured sources into ``corpora/<VERSION>/``:
+One build turns the configured sources into ``corpora/<VERSION>/`` in five
+phases, each a function that owns its outputs:
 
-1. **ingest** (per input file, in parallel): read records, give each a stable
-   id, quarantine what cannot be read, write partitions of at most
-   ``ingest.partition_max_docs`` documents.
-2. **stages** in ``stages.STAGES`` order: ``fit`` once in the driver, then
-   ``process`` per partition on the executor. Each stage's outputs live in
-   ``corpora/.work/<VERSION>/<stage>/`` under a fingerprint (stage config,
-   upstream fingerprint, seed, code version); a re-run skips finished
-   partitions and finished stages.
-3. **assemble**: order the sampled documents, pack ``seq_length + 1`` windows,
-   shuffle samples globally by seed, write MindRecord shards, the lineage
-   table, the kept documents, the dropped-document decisions, the tokenizer,
-   the resolved config and ``manifest.json`` into ``corpora/.tmp-<VERSION>/``.
-4. **publish**: rename the temporary directory to ``corpora/<VERSION>/``.
-   An existing version is never overwritten (:class:`VersionExistsError`).
+1. :func:`ingest_phase` (one task per input file): read records, give each a
+   stable id, quarantine what cannot be read, write partitions of about
+   ``ingest.partition_bytes`` of text; digest every input (cached by path,
+   size and mtime or ETag, so a resume reads no input again). Only when some
+   source takes ids from a record field, a spilled pass quarantines repeated
+   ids (:func:`quarantine_duplicate_ids`), without reading text.
+2. :func:`stages_phase`: each stage in ``stages.STAGES`` order: ``fit`` once
+   in the driver, then ``process`` per partition on the executor. A stage
+   writes only what it adds (a *layer* per partition: its measurements and
+   decisions; ``stages.base.PartitionRef``), the text is stored once. Each
+   stage's outputs live in ``corpora/.work/<VERSION>/<stage>/`` under a
+   fingerprint (stage config, upstream fingerprint, seed, code version); a
+   re-run skips finished partitions and finished stages.
+3. :func:`assemble_phase`: ``pipeline.assemble`` orders, packs, shuffles and
+   writes shards, lineage, documents and decisions as executor tasks into
+   ``corpora/.tmp-<VERSION>/``, then the tokenizer, its coverage report, the
+   resolved config and the quarantine list.
+4. :func:`manifest_phase`: the accounting check and ``manifest.json``
+   (``pipeline.manifest``), then ``report.html``.
+5. :func:`publish_phase`: rename the temporary directory to
+   ``corpora/<VERSION>/``. An existing version is never overwritten
+   (:class:`VersionExistsError`).
 """
 
 from __future__ import annotations
@@ -24,32 +33,29 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
-import resource
 import shutil
-import socket
 import time
 from collections import Counter
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import yaml
 
 import pipeline
+from pipeline import layout
+from pipeline.assemble import BuildError, assemble
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
-from pipeline.assemble import BuildError, assemble, final_documents, write_decisions
-from pipeline.executor import (make_executor, process_partition, write_json_atomic,
-                               write_table_atomic)
-from pipeline.manifest import MANIFEST, MANIFEST_FORMAT, code_commit, sha256_file
-from pipeline.readers import (Quarantined, display_path, input_size_and_sha256, is_url, read_file,
+from pipeline.executor import (make_executor, partition_counts, peak_rss_mb, process_partition,
+                               write_json_atomic, write_table_atomic)
+from pipeline.manifest import MANIFEST, build_manifest, sha256_file
+from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
                               resolve_paths)
 from pipeline.runlog import RunLog, crash_point
 from stages import STAGES, stage_class
-from stages.base import KEEP, REASON, Partitions, StageContext
+from stages.base import KEEP, REASON, PartitionRef, Partitions, StageContext, read_view
+
+__all__ = ["BuildError", "BuildResult", "VersionExistsError", "build"]
 
 DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
 STATE = "_STATE.json"
@@ -75,95 +81,17 @@ def _read_state(out_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _peak_rss_mb() -> dict[str, float]:
-    # ru_maxrss is in KiB on Linux.
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return {"driver_mb": round(own, 1), "largest_worker_mb": round(kids, 1)}
+def _merge_counts(into: dict[str, dict[str, Any]], add: dict[str, dict[str, Any]]) -> None:
+    for src, c in add.items():
+        s = into.setdefault(src, {"documents_in": 0, "chars_in": 0, "kept": 0, "kept_chars": 0, "dropped": {}})
+        for k in ("documents_in", "chars_in", "kept", "kept_chars"):
+            s[k] += c[k]
+        for reason, n in c["dropped"].items():
+            s["dropped"][reason] = s["dropped"].get(reason, 0) + n
 
 
-# --------------------------------------------------------------------------- ingest
-
-def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
-    """Read one input file into partitions (run on a worker).
-
-    Args:
-        task: ``source``, ``path``, ``file`` (display path), ``format``,
-            ``text_field``, ``text_unit``, ``lang``, ``max_bytes``,
-            ``partition_max_docs``, ``out_dir``, ``index`` (file number).
-
-    Returns:
-        ``{"parts": [...], "documents": n, "quarantine": [entries]}``; also
-        written to ``file-<index>.json`` as the file's completion marker.
-    """
-    out_dir = Path(task["out_dir"])
-    marker = out_dir / f"file-{task['index']:05d}.json"
-    if marker.exists():
-        return json.loads(marker.read_text())
-    source, file = task["source"], task["file"]
-    parts: list[str] = []
-    quarantine: list[dict[str, Any]] = []
-    rows: list = []
-    n_docs = 0
-
-    def flush():
-        if not rows:
-            return
-        path = out_dir / f"part-{task['index']:05d}-{len(parts):05d}.parquet"
-        lines = [r.line for r in rows]
-        texts = [r.text for r in rows]
-        ids = ([f"{source}:{r.doc_id}" for r in rows] if task["id_field"]
-               else [f"{source}:{file}:{line}" for line in lines])
-        table = pa.table({
-            "id": ids,
-            "source": [source] * len(rows),
-            "file": [file] * len(rows),
-            "line": pa.array(lines, pa.int64()),
-            "text": texts,
-            "meta": [r.meta for r in rows],
-            "lang_hint": pa.array([task["lang"]] * len(rows), pa.string()),
-            "chars": pa.array([len(t) for t in texts], pa.int64()),
-            KEEP: pa.array([True] * len(rows)),
-            REASON: pa.array([None] * len(rows), pa.string()),
-        })
-        write_table_atomic(table, path)
-        parts.append(path.name)
-        rows.clear()
-
-    for item in read_file(task["path"], file, task["format"], task["text_field"],
-                          task["text_unit"], task["max_bytes"], task["id_field"], task["storage_options"]):
-        if isinstance(item, Quarantined):
-            quarantine.append({"source": source, **dataclasses.asdict(item)})
-            continue
-        rows.append(item)
-        n_docs += 1
-        if len(rows) >= task["partition_max_docs"]:
-            flush()
-    flush()
-    result = {"parts": parts, "documents": n_docs, "quarantine": quarantine}
-    write_json_atomic(result, marker)
-    return result
-
-
-# --------------------------------------------------------------------------- stages
-
-def _counts(parts: list[Path]) -> dict[str, Any]:
-    """Per source: documents and characters in, kept, dropped by reason."""
-    per_source: dict[str, dict[str, Any]] = {}
-    for path in parts:
-        t = pq.read_table(path, columns=["source", "chars", KEEP, REASON])
-        for src, chars, keep, reason in zip(t["source"].to_pylist(), t["chars"].to_pylist(),
-                                            t[KEEP].to_pylist(), t[REASON].to_pylist()):
-            s = per_source.setdefault(src, {"documents_in": 0, "chars_in": 0, "kept": 0,
-                                            "kept_chars": 0, "dropped": {}})
-            s["documents_in"] += 1
-            s["chars_in"] += chars
-            if keep:
-                s["kept"] += 1
-                s["kept_chars"] += chars
-            else:
-                s["dropped"][reason] = s["dropped"].get(reason, 0) + 1
-    return dict(sorted(per_source.items()))
+def _sorted_counts(per_source: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {src: {**c, "dropped": dict(sorted(c["dropped"].items()))} for src, c in sorted(per_source.items())}
 
 
 def _totals(per_source: dict[str, Any]) -> dict[str, Any]:
@@ -176,59 +104,265 @@ def _totals(per_source: dict[str, Any]) -> dict[str, Any]:
     return tot
 
 
-def run_stage(name: str, cfg, in_parts: list[Path], work: Path, upstream: str, seed: int,
-              executor, runlog: RunLog) -> tuple[list[Path], str, dict[str, Any]]:
-    """Fit and run one stage over all partitions, resuming where a previous
-    run stopped. Returns (output partitions, fingerprint, stage report)."""
-    stage_cfg = getattr(cfg, name)
-    config_json = stage_cfg.model_dump_json()
-    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__)
-    out_dir = work / name
-    state = _read_state(out_dir)
-    if state.get("fingerprint") != fp and out_dir.exists():
-        shutil.rmtree(out_dir)
-        state = {}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = [out_dir / p.name for p in in_parts]
-    if state.get("done"):
-        runlog.event("stage_reused", f"[{name}] done in an earlier run (fingerprint {fp}), reused",
-                     stage=name, fingerprint=fp)
-        return outputs, fp, state["report"]
-    runlog.event("stage_start", None, stage=name, fingerprint=fp, partitions=len(in_parts),
-                 resumed_partitions=sum(o.exists() for o in outputs))
-    ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache",
-                       seed=seed, tools_dir=TOOLS_DIR)
-    ctx.work_dir.mkdir(parents=True, exist_ok=True)
-    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    if "fit" not in state:
-        stage = stage_class(name)(stage_cfg, ctx)
-        state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
-                 "fit_seconds": round(time.perf_counter() - t0, 2)}
-        write_json_atomic(state, out_dir / STATE)
-    todo = [(name, config_json, ctx, str(i), str(o)) for i, o in zip(in_parts, outputs) if not o.exists()]
-    t1 = time.perf_counter()
-    docs = [pc.sum(pq.read_table(t[3], columns=[KEEP])[KEEP]).as_py() or 0 for t in todo]
-    tracker = runlog.tracker(name, len(todo), docs)
-    try:
-        executor.map(process_partition, todo, on_done=tracker)
-    finally:
-        tracker.close()
-    per_source = _counts(outputs)
-    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"]}
-    state.update(done=True, report=report, process_seconds=round(time.perf_counter() - t1, 2))
-    write_json_atomic(state, out_dir / STATE)
-    tot = report["totals"]
-    runlog.event("stage_done", f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
-                 f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)",
-                 stage=name, documents_in=tot["documents_in"], kept=tot["kept"], dropped=tot["dropped"],
-                 seconds=round(time.perf_counter() - t0, 2))
-    return outputs, fp, report
+# --------------------------------------------------------------------------- ingest
+
+DIGEST_CACHE = "digests"
 
 
-# --------------------------------------------------------------------------- build
+def input_digest(path: str, identity: dict[str, Any], cache_dir: Path, storage_options: dict) -> tuple[int, str]:
+    """(bytes, sha256) of an input, from the cache when its identity (path,
+    size, mtime or ETag) was digested before; else read once and cached."""
+    from pipeline.readers import input_size_and_sha256
 
-def _inputs(cfg, base: Path) -> list[dict[str, Any]]:
+    key = hashlib.sha256(json.dumps([path, identity], sort_keys=True).encode()).hexdigest()
+    entry = cache_dir / DIGEST_CACHE / f"{key}.json"
+    if entry.exists():
+        hit = json.loads(entry.read_text())
+        return hit["bytes"], hit["sha256"]
+    size, digest = input_size_and_sha256(path, storage_options)
+    write_json_atomic({"path": path, "identity": identity, "bytes": size, "sha256": digest}, entry)
+    return size, digest
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
+    """Read one input file into partitions (run on a worker).
+
+    Args:
+        task: ``source``, ``path``, ``file`` (display path), ``identity``
+            (size, mtime/ETag), ``format``, ``text_field``, ``text_unit``,
+            ``lang``, ``id_field``, ``max_bytes``, ``partition_bytes``,
+            ``partition_max_docs``, ``storage_options``, ``out_dir``,
+            ``cache_dir``, ``index`` (file number).
+
+    Returns:
+        ``{"parts": [...], "documents": n, "chars": n, "text_bytes": n,
+        "quarantine": {reason: n}, "first_quarantine": entry or None,
+        "bytes", "sha256", "identity"}``; also written to ``file-<index>.json``,
+        the file's completion marker (reused while the identity is the same).
+        The quarantined records go to ``quarantine-<index>.jsonl``.
+    """
+    out_dir = Path(task["out_dir"])
+    marker = out_dir / f"file-{task['index']:05d}.json"
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        if done.get("identity") == task["identity"]:
+            return done
+    size, digest = input_digest(task["path"], task["identity"], Path(task["cache_dir"]), task["storage_options"])
+    source, file = task["source"], task["file"]
+    parts: list[str] = []
+    rows: list = []
+    pending_bytes = 0
+    totals = {"documents": 0, "chars": 0, "text_bytes": 0}
+    quarantine: Counter = Counter()
+    first_quarantine = None
+    qpath = out_dir / f"quarantine-{task['index']:05d}.jsonl"
+    qtmp = qpath.with_name(f".{qpath.name}.{os.getpid()}.tmp")
+
+    def flush():
+        nonlocal pending_bytes
+        if not rows:
+            return
+        path = out_dir / f"part-{task['index']:05d}-{len(parts):05d}.parquet"
+        lines = [r.line for r in rows]
+        texts = [r.text for r in rows]
+        ids = ([f"{source}:{r.doc_id}" for r in rows] if task["id_field"]
+               else [f"{source}:{file}:{line}" for line in lines])
+        table = pa.table({
+            "id": ids,
+            "source": pa.array([source] * len(rows), pa.string()),
+            "file": pa.array([file] * len(rows), pa.string()),
+            "line": pa.array(lines, pa.int64()),
+            "text": pa.array(texts, pa.string()),
+            "meta": pa.array([r.meta for r in rows], pa.string()),
+            "lang_hint": pa.array([task["lang"]] * len(rows), pa.string()),
+            "chars": pa.array([len(t) for t in texts], pa.int64()),
+        })
+        write_table_atomic(table, path)
+        parts.append(path.name)
+        rows.clear()
+        pending_bytes = 0
+
+    with open(qtmp, "w", encoding="utf-8") as qfh:
+        for item in read_file(task["path"], file, task["format"], task["text_field"], task["text_unit"],
+                              task["max_bytes"], task["id_field"], task["storage_options"]):
+            if isinstance(item, Quarantined):
+                entry = {"source": source, **dataclasses.asdict(item)}
+                qfh.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
+                quarantine[item.reason] += 1
+                first_quarantine = first_quarantine or entry
+                continue
+            rows.append(item)
+            n = _utf8_len(item.text)
+            pending_bytes += n
+            totals["documents"] += 1
+            totals["chars"] += len(item.text)
+            totals["text_bytes"] += n
+            if pending_bytes >= task["partition_bytes"] or (
+                    task["partition_max_docs"] and len(rows) >= task["partition_max_docs"]):
+                flush()
+        flush()
+    os.replace(qtmp, qpath)
+    result = {"parts": parts, **totals, "quarantine": dict(sorted(quarantine.items())),
+              "first_quarantine": first_quarantine, "bytes": size, "sha256": digest,
+              "identity": task["identity"]}
+    write_json_atomic(result, marker)
+    return result
+
+
+def id_keys(task: dict[str, Any]) -> int:
+    """Worker: spill ``(id, partition, row)`` of one ingest partition by id
+    hash (no text read). Returns the rows spilled."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    import xxhash
+
+    from common.spill import write_buckets
+
+    ids = pq.read_table(task["path"], columns=["id"])["id"].to_pylist()
+    groups = np.fromiter((xxhash.xxh64_intdigest(i.encode("utf-8")) % task["groups"] for i in ids),
+                         dtype=np.int64, count=len(ids))
+    write_buckets(pa.table({"id": pa.array(ids, pa.string()),
+                            "partition": pa.array(np.full(len(ids), task["partition"], np.int32)),
+                            "row": pa.array(np.arange(len(ids), dtype=np.int32))}),
+                  groups, Path(task["out"]))
+    return len(ids)
+
+
+def repeated_ids(task: dict[str, Any]) -> list[list]:
+    """Worker: the repeats in one id spill group: ``[partition, row]`` of every
+    occurrence after the first (in partition, then row order)."""
+    from common.spill import read_bucket
+
+    table = read_bucket([Path(p) for p in task["files"]], task["group"])
+    if table.num_rows == 0:
+        return []
+    table = table.sort_by([("id", "ascending"), ("partition", "ascending"), ("row", "ascending")])
+    ids = table["id"].to_pylist()
+    parts, rows = table["partition"].to_pylist(), table["row"].to_pylist()
+    return [[parts[i], rows[i]] for i in range(1, len(ids)) if ids[i] == ids[i - 1]]
+
+
+def drop_rows(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Worker: remove ``rows`` from one ingest partition (rewritten
+    atomically, once: a ``.ids-done`` marker makes a re-run skip it) and
+    return their quarantine entries (``read.duplicate_id``)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    path = Path(task["path"])
+    done = path.with_name(path.name + ".ids-done.json")
+    if done.exists():
+        return json.loads(done.read_text())
+    table = pq.read_table(path)
+    drop = np.zeros(table.num_rows, bool)
+    drop[task["rows"]] = True
+    entries = [{"source": table["source"][i].as_py(), "file": table["file"][i].as_py(),
+                "line": table["line"][i].as_py(), "byte_offset": -1, "reason": "read.duplicate_id",
+                "detail": f"id {table['id'][i].as_py()!r} seen before"} for i in np.flatnonzero(drop)]
+    write_table_atomic(table.filter(pa.array(~drop)), path)
+    write_json_atomic(entries, done)
+    return entries
+
+
+def quarantine_duplicate_ids(parts: list[Path], ingest_dir: Path, executor) -> dict[str, Any]:
+    """Quarantine every document whose id an earlier document (in partition
+    order: file order, then line) already has (``read.duplicate_id``).
+
+    Ids built from (source, file, line) are unique by construction: call this
+    only when a source takes ids from a record field. Ids are spilled by hash
+    (``(id, partition, row)``, no text) and each spill group is checked by
+    one task; the driver holds only the repeats. Affected partitions are
+    rewritten in place, atomically, once; the entries go to
+    ``ingest/quarantine-ids.jsonl`` and the result to ``ingest/_IDS.json``, so
+    a re-run does not redo it.
+
+    Returns:
+        ``{"quarantine": {reason: n}, "first_quarantine": entry or None}``.
+    """
+    from common.spill import forget
+
+    marker = ingest_dir / "_IDS.json"
+    if marker.exists():
+        return json.loads(marker.read_text())
+    plan_path = ingest_dir / "_IDS_PLAN.json"
+    if plan_path.exists():
+        plan = json.loads(plan_path.read_text())
+    else:
+        import pyarrow.parquet as pq
+
+        upper = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
+        groups = max(1, min(4096, -(-upper // 500_000)))
+        spill = ingest_dir / "ids-spill"
+        files = [spill / f"part-{i:05d}.parquet" for i in range(len(parts))]
+        executor.map(id_keys, [{"path": str(p), "partition": i, "groups": groups, "out": str(f)}
+                               for i, (p, f) in enumerate(zip(parts, files))])
+        found = executor.map(repeated_ids, [{"files": [str(f) for f in files], "group": g} for g in range(groups)])
+        forget(files)
+        by_part: dict[int, list[int]] = {}
+        for group in found:
+            for part, row in group:
+                by_part.setdefault(part, []).append(row)
+        plan = {str(p): sorted(rows) for p, rows in sorted(by_part.items())}
+        write_json_atomic(plan, plan_path)
+        shutil.rmtree(spill, ignore_errors=True)
+    entries = executor.map(drop_rows, [{"path": str(parts[int(p)]), "rows": rows} for p, rows in plan.items()])
+    qpath = ingest_dir / "quarantine-ids.jsonl"
+    counts: Counter = Counter()
+    first = None
+    with open(qpath, "w", encoding="utf-8") as fh:
+        for part_entries in entries:
+            for e in part_entries:
+                fh.write(json.dumps(e, ensure_ascii=False, sort_keys=True) + "\n")
+                counts[e["reason"]] += 1
+                first = first or e
+    result = {"quarantine": dict(counts), "first_quarantine": first}
+    write_json_atomic(result, marker)
+    return result
+
+
+def base_counts(task: dict[str, Any]) -> dict[str, Any]:
+    """Worker: per-source documents and characters of one ingest partition."""
+    view, _ = read_view(PartitionRef(task["path"]), ["source", "chars", KEEP, REASON], kept=False)
+    return partition_counts(view)
+
+
+@dataclasses.dataclass
+class Ingested:
+    """What ingest leaves for the later phases.
+
+    Attributes:
+        parts: the ingest partitions (no layers yet), in file order.
+        inputs: per input file ``source``, ``file``, ``bytes``, ``sha256``.
+        counts: per source documents and characters read.
+        quarantine: quarantined records by reason.
+        quarantine_files: the quarantine lists, in order (concatenated into
+            the version's ``quarantine.jsonl``).
+        fingerprint: content fingerprint (digests + ingest config): the
+            upstream of the first stage.
+        bytes_per_char: UTF-8 bytes per character of the text read.
+    """
+
+    parts: list[PartitionRef]
+    inputs: list[dict[str, Any]]
+    counts: dict[str, dict[str, Any]]
+    quarantine: dict[str, int]
+    quarantine_files: list[Path]
+    fingerprint: str
+    bytes_per_char: float
+
+
+def list_inputs(cfg, base: Path) -> list[dict[str, Any]]:
+    """Every input file of every source, with its identity (size and mtime or
+    ETag, from a stat: nothing is read).
+
+    Raises:
+        ConfigError: a file is an input of two sources.
+        FileNotFoundError: a pattern matches no file.
+    """
     seen: dict[str, str] = {}
     out = []
     for source, scfg in cfg.sources.items():
@@ -239,54 +373,298 @@ def _inputs(cfg, base: Path) -> list[dict[str, Any]]:
             if path in seen:
                 raise ConfigError(f"sources.{source}.paths: {path} is also an input of source {seen[path]!r}")
             seen[path] = source
-            size, digest = input_size_and_sha256(path, scfg.storage_options)
             out.append({"source": source, "path": path, "file": display_path(path, root),
-                        "bytes": size, "sha256": digest})
+                        "identity": input_identity(path, scfg.storage_options)})
     return out
 
 
-def quarantine_duplicate_ids(parts: list[Path], ingest_dir: Path) -> tuple[list[Path], list[dict[str, Any]]]:
-    """Quarantine every document whose id an earlier document (in partition
-    order: file order, then line) already has (``read.duplicate_id``).
+def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog: RunLog,
+                 strict: bool) -> Ingested:
+    """Phase 1 (see the module docstring).
 
-    Ids built from (source, file, line) are unique by construction; sources
-    with an ``id_field`` take the input's own ids, which may repeat. Affected
-    partitions are rewritten in place, atomically, once; the result is
-    recorded in ``ingest/_IDS.json`` so a re-run does not redo it.
+    Raises:
+        BuildError: ``strict`` and some input record was quarantined.
+    """
+    ingest_dir = work / "ingest"
+    layout_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
+                             [(i["source"], i["file"]) for i in inputs], pipeline.__version__)
+    if _read_state(ingest_dir).get("fingerprint") != layout_fp and ingest_dir.exists():
+        shutil.rmtree(ingest_dir)
+    ingest_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic({"fingerprint": layout_fp}, ingest_dir / STATE)
+    tasks = []
+    for index, inp in enumerate(inputs):
+        scfg = cfg.sources[inp["source"]]
+        tasks.append({"source": inp["source"], "path": inp["path"], "file": inp["file"],
+                      "identity": inp["identity"], "format": scfg.format, "text_field": scfg.text_field,
+                      "text_unit": scfg.text_unit, "lang": scfg.lang, "id_field": scfg.id_field,
+                      "max_bytes": cfg.ingest.max_record_bytes, "storage_options": scfg.storage_options,
+                      "partition_bytes": cfg.ingest.partition_bytes,
+                      "partition_max_docs": cfg.ingest.partition_max_docs,
+                      "out_dir": str(ingest_dir), "cache_dir": str(work.parent / "cache"), "index": index})
+    tracker = runlog.tracker("ingest", len(tasks))
+    try:
+        results = executor.map(ingest_file, tasks, on_done=tracker)
+    finally:
+        tracker.close()
+    paths = [ingest_dir / p for r in results for p in r["parts"]]
+    quarantine: Counter = Counter()
+    firsts = []
+    for r in results:
+        quarantine.update(r["quarantine"])
+        if r["first_quarantine"]:
+            firsts.append(r["first_quarantine"])
+    qfiles = [ingest_dir / f"quarantine-{i:05d}.jsonl" for i in range(len(tasks))]
+    if any(cfg.sources[s].id_field for s in cfg.sources):
+        dup = quarantine_duplicate_ids(paths, ingest_dir, executor)
+        quarantine.update(dup["quarantine"])
+        if dup["first_quarantine"]:
+            firsts.append(dup["first_quarantine"])
+        qfiles.append(ingest_dir / "quarantine-ids.jsonl")
+    counts: dict[str, dict[str, Any]] = {}
+    for c in executor.map(base_counts, [{"path": str(p)} for p in paths]):
+        _merge_counts(counts, c)
+    n_docs = sum(s["documents_in"] for s in counts.values())
+    runlog.event("ingest_done", f"[ingest] {n_docs} documents in {len(paths)} partitions, "
+                 f"{sum(quarantine.values())} quarantined", documents=n_docs, partitions=len(paths),
+                 quarantined=dict(quarantine))
+    if strict and quarantine:
+        first = firsts[0]
+        raise BuildError(f"--strict: {sum(quarantine.values())} input record(s) quarantined "
+                         f"({dict(sorted(quarantine.items()))}); "
+                         f"first: {first['file']} line {first['line']}: {first['reason']}")
+    inputs_out = [{"source": i["source"], "file": i["file"], "bytes": r["bytes"], "sha256": r["sha256"]}
+                  for i, r in zip(inputs, results)]
+    chars = sum(r["chars"] for r in results)
+    text_bytes = sum(r["text_bytes"] for r in results)
+    fingerprint = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
+                               [(i["source"], i["file"], i["sha256"]) for i in inputs_out], pipeline.__version__)
+    return Ingested(parts=[PartitionRef(str(p)) for p in paths], inputs=inputs_out,
+                    counts=_sorted_counts(counts), quarantine=dict(sorted(quarantine.items())),
+                    quarantine_files=qfiles, fingerprint=fingerprint,
+                    bytes_per_char=(text_bytes / chars) if chars else 1.0)
+
+
+# --------------------------------------------------------------------------- stages
+
+def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream: str, seed: int,
+              executor, runlog: RunLog, in_docs: list[int] | None = None
+              ) -> tuple[list[PartitionRef], str, dict[str, Any], list[int]]:
+    """Fit and run one stage over all partitions, resuming where a previous
+    run stopped.
 
     Returns:
-        (the partitions, the quarantine entries).
+        (the partitions with this stage's layer, fingerprint, stage report
+        ``{"per_source", "totals", "fit"}``, kept documents per partition).
     """
-    marker = ingest_dir / "_IDS.json"
-    if marker.exists():
-        return parts, json.loads(marker.read_text())["quarantine"]
-    seen: set[str] = set()
-    quarantine: list[dict[str, Any]] = []
-    for path in parts:
-        t = pq.read_table(path)
-        ids = t["id"].to_pylist()
-        keep = []
-        for i, doc_id in enumerate(ids):
-            keep.append(doc_id not in seen)
-            seen.add(doc_id)
-        if not all(keep):
-            for i in (i for i, k in enumerate(keep) if not k):
-                quarantine.append({"source": t["source"][i].as_py(), "file": t["file"][i].as_py(),
-                                   "line": t["line"][i].as_py(), "byte_offset": -1,
-                                   "reason": "read.duplicate_id", "detail": f"id {ids[i]!r} seen before"})
-            write_table_atomic(t.filter(pa.array(keep)), path)
-    write_json_atomic({"quarantine": quarantine}, marker)
-    return parts, quarantine
+    stage_cfg = getattr(cfg, name)
+    config_json = stage_cfg.model_dump_json()
+    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__)
+    out_dir = work / name
+    state = _read_state(out_dir)
+    if state.get("fingerprint") != fp and out_dir.exists():
+        shutil.rmtree(out_dir)
+        state = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs = [ref.with_layer(out_dir / ref.name) for ref in in_parts]
+    if state.get("done"):
+        runlog.event("stage_reused", f"[{name}] done in an earlier run (fingerprint {fp}), reused",
+                     stage=name, fingerprint=fp)
+        return outputs, fp, state["report"], state["kept_per_partition"]
+    runlog.event("stage_start", None, stage=name, fingerprint=fp, partitions=len(in_parts),
+                 resumed_partitions=sum(Path(o.layers[-1]).exists() for o in outputs))
+    ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache",
+                       seed=seed, tools_dir=TOOLS_DIR)
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    ctx.cache_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if "fit" not in state:
+        stage = stage_class(name)(stage_cfg, ctx)
+        state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
+                 "fit_seconds": round(time.perf_counter() - t0, 2)}
+        write_json_atomic(state, out_dir / STATE)
+    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp) for ref, out in zip(in_parts, outputs)]
+    t1 = time.perf_counter()
+    tracker = runlog.tracker(name, len(tasks), in_docs)
+    try:
+        results = executor.map(process_partition, tasks, on_done=tracker)
+    finally:
+        tracker.close()
+    per_source: dict[str, dict[str, Any]] = {}
+    for r in results:
+        _merge_counts(per_source, r["counts"])
+    per_source = _sorted_counts(per_source)
+    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"]}
+    kept = [r["kept"] for r in results]
+    state.update(done=True, report=report, kept_per_partition=kept,
+                 process_seconds=round(time.perf_counter() - t1, 2))
+    write_json_atomic(state, out_dir / STATE)
+    tot = report["totals"]
+    runlog.event("stage_done", f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
+                 f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)",
+                 stage=name, documents_in=tot["documents_in"], kept=tot["kept"], dropped=tot["dropped"],
+                 seconds=round(time.perf_counter() - t0, 2))
+    return outputs, fp, report, kept
 
+
+@dataclasses.dataclass
+class Staged:
+    """What the stages leave: per stage its report and partitions (with the
+    layers up to it), and the last fingerprint."""
+
+    reports: dict[str, Any]
+    parts: dict[str, list[PartitionRef]]
+    final: list[PartitionRef]
+    fingerprint: str
+    seconds: dict[str, float]
+
+
+def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) -> Staged:
+    """Phase 2 (see the module docstring)."""
+    parts, upstream = ingested.parts, ingested.fingerprint
+    docs = None
+    reports: dict[str, Any] = {}
+    outputs: dict[str, list[PartitionRef]] = {}
+    seconds: dict[str, float] = {}
+    for name in STAGES:
+        if not getattr(cfg, name).enabled:
+            runlog.event("stage_disabled", f"[{name}] disabled in the config", stage=name)
+            continue
+        t0 = time.perf_counter()
+        parts, upstream, report, docs = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor,
+                                                  runlog, docs)
+        reports[name] = report
+        outputs[name] = parts
+        seconds[name] = round(time.perf_counter() - t0, 2)
+    _stage_warnings(reports, runlog)
+    return Staged(reports=reports, parts=outputs, final=parts, fingerprint=upstream, seconds=seconds)
+
+
+def _stage_warnings(reports: dict[str, Any], runlog: RunLog) -> None:
+    ppl_fit = (reports.get("perplexity") or {}).get("fit") or {}
+    for lang, why in sorted((ppl_fit.get("skipped") or {}).items()):
+        runlog.event("warning", f"[perplexity] WARNING language {lang}: no model ({why}); its documents are "
+                     "kept without a perplexity or bucket (give more reference text or perplexity.models)",
+                     language=lang, reason=why)
+    for src, facts in reports["mixture"]["fit"].get("per_source", {}).items():
+        if facts.get("capped"):
+            runlog.event("warning", f"[mixture] WARNING source {src} is capped by mixture.max_epochs: target share "
+                         f"{facts.get('target_share', 0):.3f} after rescaling (its weight asked for more than "
+                         "max_epochs x its tokens)", source=src, facts=facts)
+
+
+# --------------------------------------------------------------------------- assemble
+
+def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Path, executor,
+                   runlog: RunLog) -> dict[str, Any]:
+    """Phase 3: the version's files in ``tmp`` (see the module docstring).
+
+    Returns:
+        The assembly's manifest entries plus ``tokenizer_report`` and
+        ``files`` (sha256 of every file but the shards).
+
+    Raises:
+        BuildError: nothing survived the stages, or no sample can be packed.
+    """
+    if staged.reports["mixture"]["totals"]["kept"] == 0:
+        raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
+    tok = staged.reports["tokenize"]["fit"]
+    depths = [(name, i + 1) for i, name in enumerate(staged.reports)]
+    fingerprint = _fingerprint("assemble", staged.fingerprint, config_dict(cfg)["output"], cfg.seed,
+                               pipeline.__version__)
+    out = assemble(cfg, staged.final, depths, staged.reports, ingested.bytes_per_char,
+                   pad_id=tok["special_token_ids"]["pad"], mixture=staged.reports["mixture"]["fit"],
+                   work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint)
+    with open(tmp / layout.QUARANTINE, "wb") as out_fh:
+        for path in ingested.quarantine_files:
+            if path.exists():
+                with open(path, "rb") as in_fh:
+                    shutil.copyfileobj(in_fh, out_fh)
+    shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / layout.TOKENIZER)
+    (tmp / layout.CONFIG).write_text(yaml.safe_dump(config_dict(cfg), sort_keys=True, allow_unicode=True),
+                                     encoding="utf-8")
+    # Tokenizer coverage report on the held-out split, inside the version (hashed in "files").
+    from pipeline.tokenizer_report import build_report
+
+    out["tokenizer_report"] = build_report(cfg.tokenize, staged.parts["tokenize"], tmp / layout.TOKENIZER,
+                                           tmp, cfg.seed, runlog.echo)
+    written = set(out["files"])
+    # Written after the manifest (or a run fact): never in its "files", also
+    # when an earlier attempt left them here before it was killed.
+    later = {MANIFEST, layout.REPORT, layout.RUN_LOG}
+    for p in sorted(tmp.rglob("*")):
+        rel = p.relative_to(tmp).as_posix()
+        if p.is_file() and rel not in written and rel not in later and not rel.startswith(layout.SHARDS + "/"):
+            out["files"][rel] = sha256_file(p)
+    out["files"] = dict(sorted(out["files"].items()))
+    return out
+
+
+# --------------------------------------------------------------------------- manifest, publish
+
+def accounting(ingested: Ingested, staged: Staged, assembled: dict[str, Any]) -> dict[str, Any]:
+    """documents in = kept + dropped (by reason) + quarantined, checked.
+
+    Raises:
+        BuildError: the counts do not add up, or the decision and document
+            tables do not hold what the stages report.
+    """
+    n_quarantined = sum(ingested.quarantine.values())
+    n_in = sum(s["documents_in"] for s in ingested.counts.values()) + n_quarantined
+    dropped: Counter = Counter()
+    for rep in staged.reports.values():
+        dropped.update(rep["totals"]["dropped"])
+    n_kept = staged.reports["mixture"]["totals"]["kept"]
+    acc = {"documents_in": n_in, "kept": n_kept, "dropped": sum(dropped.values()),
+           "quarantined": n_quarantined, "dropped_by_reason": dict(sorted(dropped.items()))}
+    if n_in != n_kept + acc["dropped"] + acc["quarantined"]:
+        raise BuildError(f"accounting does not add up: {acc}")
+    if assembled["decision_rows"] != acc["dropped"]:
+        raise BuildError(f"{assembled['decision_rows']} decision rows for {acc['dropped']} dropped documents")
+    if assembled["kept_rows"] != n_kept:
+        raise BuildError(f"{assembled['kept_rows']} rows in documents/ for {n_kept} kept documents")
+    return acc
+
+
+def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, staged: Staged,
+                   assembled: dict[str, Any], tmp: Path, run: dict[str, Any]) -> dict[str, Any]:
+    """Phase 4: check the accounting, write ``manifest.json`` and
+    ``report.html`` into ``tmp``. Returns the manifest."""
+    manifest = build_manifest(version=version, cfg=cfg, inputs=ingested.inputs, quarantine=ingested.quarantine,
+                              ingest_counts=ingested.counts, partitions=len(ingested.parts),
+                              stage_reports=staged.reports,
+                              accounting=accounting(ingested, staged, assembled), assembled=assembled,
+                              run={**run, "config_file": str(config_path)})
+    write_json_atomic(manifest, tmp / MANIFEST)
+    # The page shows run facts (times, memory): derived from the manifest, not hashed in it.
+    from pipeline.report import write_report
+
+    write_report(tmp)
+    return manifest
+
+
+def publish_phase(tmp: Path, final: Path, runlog: RunLog, wall_seconds: float) -> None:
+    """Phase 5: rename ``tmp`` to ``final`` (never over an existing version)."""
+    crash_point("assemble", 0)
+    if final.exists():
+        raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}")
+    runlog.event("publish", f"published {final}", version_dir=str(final), wall_seconds=wall_seconds)
+    # The run log is a run fact: copied in, not hashed in the manifest.
+    shutil.copyfile(runlog.path, tmp / layout.RUN_LOG)
+    os.replace(tmp, final)
+
+
+# --------------------------------------------------------------------------- build
 
 def build(version: str, config_path: Path | None = None, corpora_root: Path | None = None,
           num_workers: int | None = None, log=print, strict: bool = False) -> BuildResult:
     """Build ``<corpora_root>/<version>`` from a config.
 
     Re-running after a crash (even SIGKILL) at any point resumes from the
-    finished partitions and stages in ``corpora/.work/<version>`` and publishes
-    a version whose shards and manifest (less its ``run`` section) are
-    byte-identical to an uninterrupted build.
+    finished partitions, stages and assembly tasks in
+    ``corpora/.work/<version>`` and publishes a version whose shards and
+    manifest (less its ``run`` section) are byte-identical to an
+    uninterrupted build.
 
     Args:
         version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
@@ -319,171 +697,36 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     if final.exists():
         raise VersionExistsError(f"{final} already exists: published versions are never overwritten "
                                  "(choose a new VERSION, or remove that directory yourself)")
-    inputs = _inputs(cfg, base)
+    inputs = list_inputs(cfg, base)
     work = root / ".work" / version
     tmp = root / f".tmp-{version}"
     work.mkdir(parents=True, exist_ok=True)
     runlog = RunLog(work, log)
+    workers = num_workers or cfg.executor.num_workers
     try:
-        return _build(version, cfg, config_path, inputs, work, tmp, final, runlog, t_start,
-                      num_workers or cfg.executor.num_workers, strict)
+        runlog.event("build_start", f"building {version} from {config_path} ({len(inputs)} input files) in {work}",
+                     version=version, config=str(config_path), config_hash=config_hash(cfg),
+                     inputs=len(inputs), workers=workers, pid=os.getpid())
+        timings: dict[str, float] = {}
+        with make_executor(cfg.executor, workers) as executor:
+            t0 = time.perf_counter()
+            ingested = ingest_phase(cfg, inputs, work, executor, runlog, strict)
+            timings["ingest"] = round(time.perf_counter() - t0, 2)
+            staged = stages_phase(cfg, ingested, work, executor, runlog)
+            timings.update(staged.seconds)
+            t0 = time.perf_counter()
+            assembled = assemble_phase(cfg, ingested, staged, work, tmp, executor, runlog)
+            timings["assemble"] = round(time.perf_counter() - t0, 2)
+            worker_peak = executor.peak_worker_rss_mb
+            nodes = dict(sorted(executor.nodes.items()))
+        run = {"wall_seconds": round(time.perf_counter() - t_start, 2), "stage_seconds": timings,
+               "peak_rss": {"driver_mb": peak_rss_mb(), "largest_worker_mb": worker_peak},
+               "executor": cfg.executor.kind, "num_workers": workers, "task_nodes": nodes}
+        manifest = manifest_phase(version, cfg, config_path, ingested, staged, assembled, tmp, run)
+        publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"])
+        return BuildResult(final, manifest)
     except BaseException as exc:
         runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         runlog.close()
-
-
-def _build(version, cfg, config_path, inputs, work, tmp, final, runlog: RunLog, t_start, workers,
-           strict) -> BuildResult:
-    runlog.event("build_start", f"building {version} from {config_path} ({len(inputs)} input files) in {work}",
-                 version=version, config=str(config_path), config_hash=config_hash(cfg),
-                 inputs=len(inputs), workers=workers, pid=os.getpid())
-    timings: dict[str, float] = {}
-    with make_executor(cfg.executor, workers) as executor:
-        # ingest
-        t0 = time.perf_counter()
-        ingest_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                                 [(i["source"], i["file"], i["sha256"]) for i in inputs], pipeline.__version__)
-        ingest_dir = work / "ingest"
-        if _read_state(ingest_dir).get("fingerprint") != ingest_fp and ingest_dir.exists():
-            shutil.rmtree(ingest_dir)
-        ingest_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic({"fingerprint": ingest_fp}, ingest_dir / STATE)
-        tasks = []
-        for index, inp in enumerate(inputs):
-            scfg = cfg.sources[inp["source"]]
-            tasks.append({"source": inp["source"], "path": inp["path"], "file": inp["file"],
-                          "format": scfg.format, "text_field": scfg.text_field, "text_unit": scfg.text_unit,
-                          "lang": scfg.lang, "id_field": scfg.id_field, "max_bytes": cfg.ingest.max_record_bytes,
-                          "storage_options": scfg.storage_options,
-                          "partition_max_docs": cfg.ingest.partition_max_docs,
-                          "out_dir": str(ingest_dir), "index": index})
-        tracker = runlog.tracker("ingest", len(tasks))
-        try:
-            results = executor.map(ingest_file, tasks, on_done=tracker)
-        finally:
-            tracker.close()
-        parts = [ingest_dir / p for r in results for p in r["parts"]]
-        quarantine = [q for r in results for q in r["quarantine"]]
-        parts, dup_quarantine = quarantine_duplicate_ids(parts, ingest_dir)
-        quarantine += dup_quarantine
-        ingest_counts = _counts(parts)
-        timings["ingest"] = round(time.perf_counter() - t0, 2)
-        n_docs = sum(s["documents_in"] for s in ingest_counts.values())
-        runlog.event("ingest_done", f"[ingest] {n_docs} documents in {len(parts)} partitions, "
-                     f"{len(quarantine)} quarantined ({timings['ingest']:.1f} s)",
-                     documents=n_docs, partitions=len(parts),
-                     quarantined=dict(Counter(q["reason"] for q in quarantine)))
-        if strict and quarantine:
-            raise BuildError(f"--strict: {len(quarantine)} input record(s) quarantined "
-                             f"({dict(sorted(Counter(q['reason'] for q in quarantine).items()))}); "
-                             f"first: {quarantine[0]['file']} line {quarantine[0]['line']}: {quarantine[0]['reason']}")
-
-        upstream = ingest_fp
-        stage_reports: dict[str, Any] = {}
-        stage_outputs: dict[str, list[Path]] = {}
-        for name in STAGES:
-            if not getattr(cfg, name).enabled:
-                runlog.event("stage_disabled", f"[{name}] disabled in the config", stage=name)
-                continue
-            t0 = time.perf_counter()
-            parts, upstream, report = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor, runlog)
-            stage_reports[name] = report
-            stage_outputs[name] = parts
-            timings[name] = round(time.perf_counter() - t0, 2)
-
-    ppl_fit = (stage_reports.get("perplexity") or {}).get("fit") or {}
-    for lang, why in sorted((ppl_fit.get("skipped") or {}).items()):
-        runlog.event("warning", f"[perplexity] WARNING language {lang}: no model ({why}); its documents are "
-                     "kept without a perplexity or bucket (give more reference text or perplexity.models)",
-                     language=lang, reason=why)
-    for src, facts in stage_reports["mixture"]["fit"].get("per_source", {}).items():
-        if facts.get("capped"):
-            runlog.event("warning", f"[mixture] WARNING source {src} is capped by mixture.max_epochs: target share "
-                         f"{facts.get('target_share', 0):.3f} after rescaling (its weight asked for more than "
-                         "max_epochs x its tokens)", source=src, facts=facts)
-
-    # assemble
-    t0 = time.perf_counter()
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    docs = final_documents(parts)
-    out = assemble(cfg, docs, tmp, runlog.echo,
-                   pad_id=stage_reports["tokenize"]["fit"]["special_token_ids"]["pad"],
-                   mixture=stage_reports["mixture"]["fit"])
-    n_decisions = write_decisions(stage_outputs, tmp)
-    with open(tmp / "quarantine.jsonl", "w", encoding="utf-8") as fh:
-        for q in quarantine:
-            fh.write(json.dumps(q, ensure_ascii=False, sort_keys=True) + "\n")
-    shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / "tokenizer.json")
-    (tmp / "config.yaml").write_text(yaml.safe_dump(config_dict(cfg), sort_keys=True, allow_unicode=True),
-                                     encoding="utf-8")
-    # Tokenizer coverage report on the held-out split, inside the version (hashed in "files").
-    from pipeline.tokenizer_report import build_report
-    tokenizer_report = build_report(cfg.tokenize, stage_outputs["tokenize"], tmp / "tokenizer.json",
-                                    tmp, cfg.seed, runlog.echo)
-    timings["assemble"] = round(time.perf_counter() - t0, 2)
-
-    # accounting: documents in = kept + dropped (by reason) + quarantined
-    n_in = sum(ingest_counts[s]["documents_in"] for s in ingest_counts) + len(quarantine)
-    dropped = Counter()
-    for rep in stage_reports.values():
-        dropped.update(rep["totals"]["dropped"])
-    n_kept = docs.num_rows
-    accounting = {"documents_in": n_in, "kept": n_kept, "dropped": sum(dropped.values()),
-                  "quarantined": len(quarantine), "dropped_by_reason": dict(sorted(dropped.items()))}
-    if n_in != n_kept + accounting["dropped"] + accounting["quarantined"]:
-        raise BuildError(f"accounting does not add up: {accounting}")
-    if n_decisions != accounting["dropped"]:
-        raise BuildError(f"{n_decisions} decision rows for {accounting['dropped']} dropped documents")
-
-    files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*"))
-             if p.is_file() and not p.relative_to(tmp).as_posix().startswith("shards/")}
-    tok = stage_reports["tokenize"]["fit"]
-    manifest = {
-        "manifest_format": MANIFEST_FORMAT,
-        "version": version,
-        "code_commit": code_commit(REPO_ROOT),
-        "config_hash": config_hash(cfg),
-        "seed": cfg.seed,
-        "inputs": [{k: i[k] for k in ("source", "file", "bytes", "sha256")} for i in inputs],
-        "quarantine": dict(sorted(Counter(q["reason"] for q in quarantine).items())),
-        "ingest": {"per_source": ingest_counts, "partitions": len(parts)},
-        "stage_order": list(stage_reports),
-        "stages": stage_reports,
-        "accounting": accounting,
-        "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
-                      **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
-        "tokenizer_report": tokenizer_report,
-        "mixture": stage_reports["mixture"]["fit"],
-        **out,
-        "files": files,
-    }
-    manifest["run"] = {
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config_file": str(config_path),
-        "wall_seconds": round(time.perf_counter() - t_start, 2),
-        "stage_seconds": timings,
-        "peak_rss": _peak_rss_mb(),
-        "host": socket.gethostname(),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "executor": cfg.executor.kind,
-        "num_workers": workers,
-        "log": "run.log.jsonl",
-    }
-    write_json_atomic(manifest, tmp / MANIFEST)
-    # The page shows run facts (times, memory): derived from the manifest, not hashed in it.
-    from pipeline.report import write_report
-
-    write_report(tmp)
-    crash_point("assemble", 0)
-    if final.exists():
-        raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}")
-    runlog.event("publish", f"published {final}", version_dir=str(final),
-                 wall_seconds=manifest["run"]["wall_seconds"])
-    # The run log is a run fact: copied in, not hashed in the manifest.
-    shutil.copyfile(runlog.path, tmp / "run.log.jsonl")
-    os.replace(tmp, final)
-    return BuildResult(final, manifest)

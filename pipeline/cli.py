@@ -247,7 +247,7 @@ def lineage(
         if doc is not None:
             result = lineage_for_document(vdir, doc, global_batch, dp_size)
         else:
-            # Text is read from documents.parquet only when asked for (--show-text).
+            # Text is read from excerpts/ only when asked for (--show-text).
             result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
                                       text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
     except ValueError as exc:

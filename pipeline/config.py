@@ -93,14 +93,22 @@ class IngestConfig(_Strict):
     """Reading inputs into partitions.
 
     Attributes:
-        partition_max_docs: documents per partition (the unit of parallel work
-            and of resume). 2,000 keeps a partition of web-sized documents at a
-            few MB of Parquet.
+        partition_bytes: UTF-8 bytes of text per partition (a partition is
+            the unit of parallel work, of resume and of a worker's memory; a
+            partition never spans two input files). 32 MiB: a worker holds a
+            few times that while a stage runs (measured peak per stage:
+            docs/architecture.md, "Scale"); 1 TB of text is then ~30,000
+            partitions. For 1 TB on 100 machines, 128-256 MiB halves to
+            quarters the number of files every exchange touches.
+        partition_max_docs: also close a partition at this many documents
+            (null: no limit). Bounds per-document overhead (Python objects in
+            the stages) for corpora of very short documents.
         max_record_bytes: a JSONL line or text document larger than this is
             quarantined (``read.record_too_large``) instead of loaded.
     """
 
-    partition_max_docs: int = pydantic.Field(2000, ge=1)
+    partition_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024)
+    partition_max_docs: int | None = pydantic.Field(None, ge=1)
     max_record_bytes: int = pydantic.Field(64 * 1024 * 1024, ge=1024)
 
 
@@ -118,11 +126,26 @@ class OutputConfig(_Strict):
             windows; no padding; the mindformers default) or ``best_fit``
             (a document shorter than a window is never split; gaps padded with
             the pad id). See docs/stages/mixture_packing.md.
+        order_bucket_tokens: tokens per range of the document order that one
+            task packs (the assembly's largest working set: ~10 bytes per
+            token at a 16-bit vocabulary, measured). Only ``best_fit`` output
+            depends on it (best fit within each range); ``concat_split``
+            output is the same for any value.
+        shuffle_bucket_samples: samples per key range of the global shuffle
+            (a shard task reads the ranges that overlap its rows: ~1/4 of a
+            default shard, so a shard reads ~5 ranges). No effect on the output.
+        table_part_bytes: target size of one part of ``documents/``,
+            ``decisions/<stage>/`` and ``lineage_by_doc/`` (text bytes; parts
+            are a power of two in number, split by id hash). A part is one
+            task's working set and one file.
     """
 
     seq_length: int = pydantic.Field(2048, ge=8)
     max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
     packing: Literal["concat_split", "best_fit"] = "concat_split"
+    order_bucket_tokens: int = pydantic.Field(32 * 1024 * 1024, ge=16)
+    shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
+    table_part_bytes: int = pydantic.Field(128 * 1024 * 1024, ge=1024)
 
 
 def _stage_fields() -> dict[str, Any]:

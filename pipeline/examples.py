@@ -1,9 +1,11 @@
 """Random kept or dropped examples of a built version, for reading decisions.
 
-A version directory holds ``decisions/<stage>.parquet`` (every document that
-stage dropped, with its text, reason and every measurement column made so far)
-and ``documents.parquet`` (the kept documents with all columns). This module
-picks a seeded, order-independent sample from either and formats it;
+A version directory holds ``decisions/<stage>/`` (every document that stage
+dropped, with its text, reason and every measurement column made so far) and
+``documents/`` (the kept documents with all columns), each split into parts
+(``pipeline.layout``). This module picks a seeded, order-independent sample
+from either, one part at a time (memory: one part's ids and reasons, plus the
+sample), and formats it;
 ``python -m pipeline inspect VERSION --stage S [--reason R] [-n 10] [--kept]``
 is its face.
 """
@@ -53,39 +55,61 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
             ``reason`` that ``stage`` never gave (the message lists the reasons
             with their counts).
     """
+    import heapq
+
+    from pipeline import layout
+
     if n < 1:
         raise ValueError(f"n must be >= 1 (got {n})")
     version_dir = Path(version_dir)
-    decisions = version_dir / "decisions"
+    decisions = version_dir / layout.DECISIONS
     if kept:
         if reason is not None:
             raise ValueError("--reason selects dropped documents; it cannot be used with --kept")
-        path = version_dir / "documents.parquet"
+        parts = layout.table_parts(version_dir, layout.DOCUMENTS)
     else:
-        path = decisions / f"{stage}.parquet"
-        if not path.is_file():
-            have = sorted(p.stem for p in decisions.glob("*.parquet")) if decisions.is_dir() else []
+        parts = layout.table_parts(version_dir, layout.DECISIONS, stage)
+        if not parts:
+            have = sorted({p.stem if p.is_file() else p.name for p in decisions.iterdir()}) \
+                if decisions.is_dir() else []
             raise ValueError(f"no decisions for stage {stage!r} in {version_dir} "
                              f"(stages with decisions: {', '.join(have) or 'none'})")
-    schema = pq.read_schema(path)
+    schema = pq.read_schema(parts[0])
     prefix = f"{stage}_"
     stage_columns = [c for c in schema.names if c.startswith(prefix)]
     if kept and not stage_columns:
-        raise ValueError(f"documents.parquet has no {prefix}* columns: unknown stage {stage!r}")
+        raise ValueError(f"documents have no {prefix}* columns: unknown stage {stage!r}")
     wanted = [c for c in (*BASE_SHOWN, "text") if c in schema.names] + stage_columns
-    table = pq.read_table(path, columns=wanted)
-    if reason is not None:
-        selected = table.filter(pc.equal(table["reason"], reason))
-        if selected.num_rows == 0:
-            counts = table["reason"].value_counts().to_pylist()
-            listed = ", ".join(f"{c['values']} ({c['counts']})" for c in
-                               sorted(counts, key=lambda c: (-c["counts"], str(c["values"]))))
-            raise ValueError(f"stage {stage!r} dropped no document with reason {reason!r} "
-                             f"(its reasons: {listed or 'none'})")
-        table = selected
-    ids = table["id"].to_pylist()
-    order = sorted(range(len(ids)), key=lambda i: _rank(seed, ids[i]))[:n]
-    rows = table.take(order).to_pylist()
+    best: list[tuple[bytes, str, int]] = []  # max-heap of the n smallest ranks: (-rank, id, part)
+    reasons: dict[str, int] = {}
+    for number, path in enumerate(parts):
+        cols = ["id"] + (["reason"] if "reason" in schema.names else [])
+        table = pq.read_table(path, columns=cols)
+        if "reason" in cols:
+            for c in table["reason"].value_counts().to_pylist():
+                reasons[c["values"]] = reasons.get(c["values"], 0) + c["counts"]
+        if reason is not None:
+            table = table.filter(pc.equal(table["reason"], reason))
+        for doc_id in table["id"].to_pylist():
+            item = (bytes(255 - b for b in _rank(seed, doc_id)), doc_id, number)
+            if len(best) < n:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+    if reason is not None and not best:
+        listed = ", ".join(f"{r} ({c})" for r, c in sorted(reasons.items(), key=lambda rc: (-rc[1], str(rc[0]))))
+        raise ValueError(f"stage {stage!r} dropped no document with reason {reason!r} "
+                         f"(its reasons: {listed or 'none'})")
+    chosen = sorted(best, key=lambda item: (_rank(seed, item[1]), item[1]))
+    by_part: dict[int, list[str]] = {}
+    for _, doc_id, number in chosen:
+        by_part.setdefault(number, []).append(doc_id)
+    found: dict[str, dict[str, Any]] = {}
+    for number, ids in by_part.items():
+        table = pq.read_table(parts[number], columns=wanted, filters=[("id", "in", ids)])
+        for row in table.to_pylist():
+            found[row["id"]] = row
+    rows = [found[doc_id] for _, doc_id, _ in chosen]
     for row in rows:
         row.setdefault("reason", None)
     return rows

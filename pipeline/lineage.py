@@ -1,15 +1,17 @@
 """Step -> samples -> document pieces: what a training step was made of, and
 the reverse, document -> samples and steps.
 
-``lineage.parquet`` has one row per (sample, document piece), sorted by
-``(sample_index, segment)``, so the rows of one step (or of steps N-K..N+K) are
-one contiguous ``sample_index`` range. ``lineage_by_doc.parquet`` holds the
-same rows sorted by ``doc_id``: the on-disk index of the reverse lookup.
-``documents.parquet`` (one row per kept document, sorted by ``id``) gives each
-piece's stage decisions. All three are found by row-group min/max statistics
-read from the Parquet footer (:func:`row_groups_for`): a lookup decodes only
-the row groups that can hold its keys, whatever the version's size (measured:
-bench/loader.py, 10M samples).
+``lineage/part-SSSSS.parquet`` (one part per shard) has one row per (sample,
+document piece), sorted by ``(sample_index, segment)``, so the rows of one
+step (or of steps N-K..N+K) are one contiguous ``sample_index`` range of one or
+two parts (which ones follows from the manifest's shard rows).
+``lineage_by_doc/`` holds the same rows split by id hash and sorted by
+``doc_id``: the on-disk index of the reverse lookup. ``documents/`` and
+``excerpts/`` (one row per kept document, split by id hash, sorted by ``id``)
+give each piece's text. Inside a part, rows are found by row-group min/max
+statistics read from the Parquet footer (:func:`row_groups_for`): a lookup
+decodes only the row groups that can hold its keys, whatever the version's
+size (measured: bench/loader.py, 10M samples). File names: ``pipeline.layout``.
 
 Imports only pyarrow and ``pipeline.order``/``pipeline.loader`` (whose MindSpore
 import is deferred), so a lookup costs no MindSpore start-up.
@@ -25,14 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import layout
 from pipeline.loader import read_manifest
 from pipeline.order import check_dp, num_steps, rank_samples
 
-LINEAGE = "lineage.parquet"
-LINEAGE_BY_DOC = "lineage_by_doc.parquet"
-DOCUMENTS = "documents.parquet"
 # id -> first EXCERPT_CHARS characters, sorted by id in small row groups.
-EXCERPTS = "excerpts.parquet"
 EXCERPT_CHARS = 200
 SEGMENT_COLUMNS = (
     "segment", "doc_id", "source", "file", "line", "repeat",
@@ -79,77 +78,94 @@ def _read_groups(parquet: pq.ParquetFile, groups: list[int], columns: list[str],
     return parquet.read_row_groups(groups, columns=columns)
 
 
-def read_step_segments(version_dir: Path, first: int, stop: int) -> pa.Table:
-    """Rows of ``lineage.parquet`` with ``first <= sample_index < stop``, sorted
-    by ``(sample_index, segment)``; only row groups whose statistics overlap the
-    range are decoded."""
-    parquet = pq.ParquetFile(Path(version_dir) / LINEAGE)
-    present = set(parquet.schema_arrow.names)
-    columns = ["sample_index", *SEGMENT_COLUMNS, *(c for c in DECISION_COLUMNS if c in present)]
-    table = _read_groups(parquet, row_groups_for(parquet, "sample_index", first, stop - 1), columns)
-    index = table["sample_index"]
-    table = table.filter(pc.and_(pc.greater_equal(index, first), pc.less(index, stop)))
+def read_step_segments(version_dir: Path, first: int, stop: int, manifest: dict[str, Any] | None = None
+                       ) -> pa.Table:
+    """Lineage rows with ``first <= sample_index < stop``, sorted by
+    ``(sample_index, segment)``; only the parts holding the range are
+    opened, and in them only row groups whose statistics overlap it."""
+    version_dir = Path(version_dir)
+    manifest = manifest or read_manifest(version_dir)
+    tables = []
+    for path in layout.lineage_parts_for(version_dir, manifest, first, stop):
+        parquet = pq.ParquetFile(path)
+        present = set(parquet.schema_arrow.names)
+        columns = ["sample_index", *SEGMENT_COLUMNS, *(c for c in DECISION_COLUMNS if c in present)]
+        table = _read_groups(parquet, row_groups_for(parquet, "sample_index", first, stop - 1), columns)
+        index = table["sample_index"]
+        tables.append(table.filter(pc.and_(pc.greater_equal(index, first), pc.less(index, stop))))
+    table = pa.concat_tables(tables, promote_options="default")
     return table.sort_by([("sample_index", "ascending"), ("segment", "ascending")])
 
 
-def read_document_segments(version_dir: Path, doc_id: str) -> pa.Table:
+def read_document_segments(version_dir: Path, doc_id: str, manifest: dict[str, Any] | None = None) -> pa.Table:
     """Rows of the lineage that hold document ``doc_id`` (every copy, every
-    piece), sorted by ``(repeat, doc_token_start)``. Uses the
-    ``lineage_by_doc.parquet`` index; a version built before it existed is
-    scanned (``lineage.parquet`` filtered on ``doc_id``: slow on big versions)."""
+    piece), sorted by ``(repeat, doc_token_start)``, from the by-document
+    index (its part for the id, then row-group statistics); a version built
+    before the index existed is scanned (slow on big versions)."""
+    version_dir = Path(version_dir)
+    manifest = manifest or read_manifest(version_dir)
     columns = ["sample_index", *SEGMENT_COLUMNS]
-    index_path = Path(version_dir) / LINEAGE_BY_DOC
-    if index_path.is_file():
+    index_path = layout.id_table_part(version_dir, manifest, layout.LINEAGE_BY_DOC, doc_id)
+    if index_path is not None:
         parquet = pq.ParquetFile(index_path)
         table = _read_groups(parquet, row_groups_for(parquet, "doc_id", doc_id, doc_id), columns)
     else:
-        table = pq.read_table(Path(version_dir) / LINEAGE, columns=columns, filters=[("doc_id", "=", doc_id)])
+        tables = [pq.read_table(p, columns=columns, filters=[("doc_id", "=", doc_id)])
+                  for p in layout.lineage_parts_for(version_dir, manifest, 0, manifest["num_samples"])]
+        table = pa.concat_tables(tables)
     table = table.filter(pc.equal(table["doc_id"], doc_id))
     return table.sort_by([("repeat", "ascending"), ("doc_token_start", "ascending")])
 
 
-def read_documents(path: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CHARS,
-                   columns: tuple[str, ...] = DECISION_COLUMNS) -> dict[str, dict[str, Any]]:
+def read_documents(version_dir: Path, ids: list[str], text_chars: int = DEFAULT_TEXT_CHARS,
+                   columns: tuple[str, ...] = DECISION_COLUMNS,
+                   manifest: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Decision columns (and a ``text_excerpt`` of the first ``text_chars``
-    characters) of the documents ``ids``, keyed by id.
+    characters) of the kept documents ``ids``, keyed by id.
 
-    ``documents.parquet`` is sorted by id, so each row group covers an id
-    range: only the groups whose footer statistics can hold a wanted id are
-    decoded (in one multi-threaded read), and only ``columns`` (default
-    :data:`DECISION_COLUMNS`) plus ``text`` when ``text_chars > 0``. Requested
-    columns absent from the file come back as None.
+    Each id is looked up in its part of ``documents/`` (or, when only up to
+    :data:`EXCERPT_CHARS` characters of text are wanted, of the narrow
+    ``excerpts/`` index, ~10x faster on 10M samples); inside a part, sorted by
+    id, only the row groups whose footer statistics can hold a wanted id are
+    decoded, and only ``columns`` plus the text. Requested columns absent from
+    the version come back as None.
 
     Raises:
-        FileNotFoundError: no such file.
-        ValueError: an id is not in the file (lineage and documents disagree).
+        FileNotFoundError: the version has no documents table.
+        ValueError: an id is not in it (lineage and documents disagree).
     """
-    excerpts = Path(path).with_name(EXCERPTS)
-    if not columns and 0 < text_chars <= EXCERPT_CHARS and excerpts.is_file():
-        # Only text wanted: the narrow excerpt index (small row groups) beats
-        # decoding whole documents.parquet row groups (~10x on 10M samples).
-        path, text_column = excerpts, "text_excerpt"
-    else:
-        text_column = "text"
-    parquet = pq.ParquetFile(path)
-    present = set(parquet.schema_arrow.names)
-    with_text = text_chars > 0 and text_column in present
-    columns = ["id", *(c for c in columns if c in present), *([text_column] if with_text else [])]
+    version_dir = Path(version_dir)
+    manifest = manifest or read_manifest(version_dir)
+    table = layout.DOCUMENTS
+    text_column = "text"
+    if not columns and 0 < text_chars <= EXCERPT_CHARS and layout.table_parts(version_dir, layout.EXCERPTS):
+        table, text_column = layout.EXCERPTS, "text_excerpt"
+    if not layout.table_parts(version_dir, table):
+        raise FileNotFoundError(f"{version_dir}: no {table} table")
     wanted_ids = sorted(set(ids))
-    wanted = pa.array(wanted_ids, pa.string())
-    groups = set()
+    by_part: dict[Path, list[str]] = {}
     for doc_id in wanted_ids:
-        groups.update(row_groups_for(parquet, "id", doc_id, doc_id))
+        by_part.setdefault(layout.id_table_part(version_dir, manifest, table, doc_id), []).append(doc_id)
     found: dict[str, dict[str, Any]] = {}
-    rows = _read_groups(parquet, sorted(groups), columns)
-    rows = rows.filter(pc.is_in(rows["id"], value_set=wanted))
-    if with_text:
-        excerpt = pc.utf8_slice_codeunits(rows[text_column], 0, text_chars)
-        rows = rows.drop_columns([text_column]).append_column("text_excerpt", excerpt)
-    for row in rows.to_pylist():
-        found.setdefault(row["id"], row)
+    for path, part_ids in by_part.items():
+        parquet = pq.ParquetFile(path)
+        present = set(parquet.schema_arrow.names)
+        with_text = text_chars > 0 and text_column in present
+        cols = ["id", *(c for c in columns if c in present), *([text_column] if with_text else [])]
+        groups = set()
+        for doc_id in part_ids:
+            groups.update(row_groups_for(parquet, "id", doc_id, doc_id))
+        rows = _read_groups(parquet, sorted(groups), cols)
+        rows = rows.filter(pc.is_in(rows["id"], value_set=pa.array(part_ids, pa.string())))
+        if with_text:
+            excerpt = pc.utf8_slice_codeunits(rows[text_column], 0, text_chars)
+            rows = rows.drop_columns([text_column]).append_column("text_excerpt", excerpt)
+        for row in rows.to_pylist():
+            found.setdefault(row["id"], row)
     missing = [i for i in wanted_ids if i not in found]
     if missing:
-        raise ValueError(f"{path}: {len(missing)} document(s) of the lineage are missing, e.g. {missing[:3]}")
+        raise ValueError(f"{version_dir}: {len(missing)} document(s) of the lineage are missing from "
+                         f"{table}, e.g. {missing[:3]}")
     return found
 
 
@@ -188,7 +204,7 @@ def lineage_for_step(
     characters of the document, or None).
 
     Raises:
-        FileNotFoundError: no manifest, lineage.parquet or documents.parquet.
+        FileNotFoundError: no manifest, lineage or documents table.
         ValueError: bad ``global_batch``/``dp_size``; ``step`` outside
             ``[0, num_steps)``; ``around < 0``; a sample of the steps without
             lineage rows; a lineage document missing from documents.parquet.
@@ -204,14 +220,14 @@ def lineage_for_step(
     first_step, last_step = max(0, step - around), min(steps - 1, step + around)
 
     first = first_step * global_batch
-    segments = read_step_segments(version_dir, first, (last_step + 1) * global_batch)
+    segments = read_step_segments(version_dir, first, (last_step + 1) * global_batch, manifest)
     # Versions built since lineage carries the decisions need documents.parquet
     # only for the text; older ones for both.
     carried = all(c in segments.column_names for c in DECISION_COLUMNS)
     documents: dict[str, dict[str, Any]] = {}
     if text_chars > 0 or not carried:
-        documents = read_documents(version_dir / DOCUMENTS, segments["doc_id"].to_pylist(), max(text_chars, 0),
-                                   columns=() if carried else DECISION_COLUMNS)
+        documents = read_documents(version_dir, segments["doc_id"].to_pylist(), max(text_chars, 0),
+                                   columns=() if carried else DECISION_COLUMNS, manifest=manifest)
 
     by_sample: dict[int, list[dict[str, Any]]] = {}
     for row in segments.to_pylist():
@@ -226,7 +242,7 @@ def lineage_for_step(
         for dp_rank in range(dp_size):
             for row_in_batch, sample_index in enumerate(rank_samples(each_step, global_batch, dp_rank, dp_size)):
                 if sample_index not in by_sample:
-                    raise ValueError(f"{version_dir / LINEAGE}: no rows for sample {sample_index} "
+                    raise ValueError(f"{version_dir / layout.LINEAGE}: no rows for sample {sample_index} "
                                      f"of step {each_step}")
                 records.append({
                     "step": each_step, "sample_index": sample_index, "dp_rank": dp_rank,
@@ -263,7 +279,7 @@ def lineage_for_document(
     check_dp(global_batch, 0, dp_size)
     manifest = read_manifest(version_dir)
     used = num_steps(manifest["num_samples"], global_batch) * global_batch
-    segments = read_document_segments(version_dir, doc_id)
+    segments = read_document_segments(version_dir, doc_id, manifest)
     pieces = []
     for row in segments.to_pylist():
         where = sample_position(row["sample_index"], global_batch, dp_size)
@@ -273,7 +289,7 @@ def lineage_for_document(
                        **{k: row[k] for k in SEGMENT_COLUMNS if k != "doc_id"}})
     document = None
     if pieces:
-        document = read_documents(version_dir / DOCUMENTS, [doc_id], text_chars)[doc_id]
+        document = read_documents(version_dir, [doc_id], text_chars, manifest=manifest)[doc_id]
         document = {k: document.get(k) for k in (*DECISION_COLUMNS, "text_excerpt")}
     return {"doc_id": doc_id, "document": document, "pieces": pieces}
 

@@ -11,7 +11,8 @@ characters in, kept, dropped by reason, per source; what the stage learned),
 ``accounting`` (documents in = kept + dropped + quarantined), ``tokenizer``
 (sha256, vocabulary size, special ids), ``mixture``, ``packing``,
 ``seq_length``, ``num_samples``, ``num_tokens``, ``shards`` (name, sha256,
-rows, bytes), ``files`` (sha256 of the other files of the version), ``run``.
+rows, bytes), ``layout`` (how the split tables are cut, ``pipeline.layout``),
+``files`` (sha256 of the other files of the version), ``run``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
+# 2: split tables (lineage/, documents/, ..., pipeline.layout), "layout" section.
+MANIFEST_FORMAT = 2
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -63,3 +65,58 @@ def load_manifest(version_dir: Path) -> dict[str, Any]:
 def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest minus its ``run`` section (what determinism compares)."""
     return {k: v for k, v in manifest.items() if k != "run"}
+
+
+def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: dict[str, int],
+                   ingest_counts: dict[str, Any], partitions: int, stage_reports: dict[str, Any],
+                   accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The manifest of a version, from what each build phase produced.
+
+    Args:
+        inputs: per input ``source``, ``file``, ``bytes``, ``sha256``.
+        quarantine: quarantined records by reason.
+        ingest_counts: per source documents and characters read.
+        partitions: number of ingest partitions.
+        stage_reports: stage -> ``{"per_source", "totals", "fit"}``.
+        accounting: the checked accounting.
+        assembled: ``pipeline.build.assemble_phase``'s result.
+        run: run facts (``wall_seconds``, ``stage_seconds``, ``peak_rss``,
+            ``executor``, ``num_workers``, ``task_nodes``, ``config_file``).
+    """
+    import os
+    import platform
+    import socket
+    from datetime import datetime, timezone
+
+    from pipeline.config import REPO_ROOT, config_hash
+
+    tok = stage_reports["tokenize"]["fit"]
+    files = assembled["files"]
+    manifest = {
+        "manifest_format": MANIFEST_FORMAT,
+        "version": version,
+        "code_commit": code_commit(REPO_ROOT),
+        "config_hash": config_hash(cfg),
+        "seed": cfg.seed,
+        "inputs": inputs,
+        "quarantine": dict(sorted(quarantine.items())),
+        "ingest": {"per_source": ingest_counts, "partitions": partitions},
+        "stage_order": list(stage_reports),
+        "stages": stage_reports,
+        "accounting": accounting,
+        "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
+                      **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
+        "tokenizer_report": assembled["tokenizer_report"],
+        "mixture": stage_reports["mixture"]["fit"],
+        **{k: assembled[k] for k in ("seq_length", "num_samples", "num_tokens", "columns", "packing", "shards",
+                                     "layout")},
+        "files": files,
+    }
+    manifest["run"] = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **run,
+        "host": socket.gethostname(),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "log": "run.log.jsonl",
+    }
+    return manifest

@@ -26,6 +26,7 @@ import glob
 import gzip
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,6 +112,22 @@ def open_input(path: str | Path, storage_options: dict | None = None):
 
         return fsspec.open(str(path), "rb", **(storage_options or {})).open()
     return open(path, "rb")
+
+
+def input_identity(path: str | Path, storage_options: dict | None = None) -> dict:
+    """What identifies an input's content without reading it: ``size`` and
+    ``mtime_ns`` of a local file; ``size`` and ``etag`` (or the last-modified
+    time) of an object. A digest cached under this identity is reused
+    (``pipeline.build.input_digest``)."""
+    if is_url(path):
+        import fsspec
+
+        fs, _, (key,) = fsspec.get_fs_token_paths(str(path), storage_options=storage_options or {})
+        info = fs.info(key)
+        tag = info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime")
+        return {"size": int(info.get("size") or 0), "etag": str(tag)}
+    st = os.stat(path)
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
 def input_size_and_sha256(path: str | Path, storage_options: dict | None = None) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -111,12 +112,79 @@ def funnel(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def per_language_funnel(version_dir: Path, manifest: dict[str, Any]) -> dict[str, list[int]]:
+# Fixed histogram bins, so a version of any size is summarised one part at a
+# time: log10 characters 0..8, language score 0..1, log10 perplexity 0..6.
+LENGTH_BINS = np.linspace(0.0, 8.0, 41)
+SCORE_BINS = np.linspace(0.0, 1.0, 41)
+PERPLEXITY_BINS = np.linspace(0.0, 6.0, 31)
+
+
+def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: int = 3,
+                  example_chars: int = 300) -> dict[str, Any]:
+    """Everything the page shows from the version's tables, read one part at
+    a time (memory: one part's columns, the histograms, a few examples).
+
+    Returns:
+        ``{"final_langs": Counter, "dropped_langs": {stage: Counter},
+        "length_hist", "score_hist" (int64 counts over LENGTH_BINS /
+        SCORE_BINS), "perplexity_hist": {lang: counts over PERPLEXITY_BINS},
+        "examples": {stage: {reason: [{"id", "text"}]}} (the ``example_limit``
+        smallest ids per reason)}``.
+    """
+    from pipeline import layout
+
+    stats: dict[str, Any] = {"final_langs": Counter(), "dropped_langs": {},
+                             "length_hist": np.zeros(len(LENGTH_BINS) - 1, np.int64),
+                             "score_hist": np.zeros(len(SCORE_BINS) - 1, np.int64),
+                             "perplexity_hist": {}, "examples": {}}
+    for path in layout.table_parts(version_dir, layout.DOCUMENTS):
+        names = pq.read_schema(path).names
+        cols = [c for c in ("chars", "langid_lang", "langid_score", "perplexity_value") if c in names]
+        t = pq.read_table(path, columns=cols)
+        stats["final_langs"].update(_langs(t))
+        if "chars" in cols:
+            chars = np.maximum(t["chars"].to_numpy(zero_copy_only=False).astype(np.float64), 1.0)
+            stats["length_hist"] += np.histogram(np.log10(chars), LENGTH_BINS)[0]
+        if "langid_score" in cols:
+            score = t["langid_score"].drop_null().to_numpy(zero_copy_only=False)
+            stats["score_hist"] += np.histogram(score, SCORE_BINS)[0]
+        if "perplexity_value" in cols and "langid_lang" in cols:
+            valid = t.filter(pc.and_(pc.is_valid(t["perplexity_value"]), pc.greater(t["perplexity_value"], 0)))
+            for lang in set(valid["langid_lang"].to_pylist()):
+                sub = valid.filter(pc.equal(valid["langid_lang"], lang)) if lang is not None else \
+                    valid.filter(pc.is_null(valid["langid_lang"]))
+                values = np.log10(sub["perplexity_value"].to_numpy(zero_copy_only=False))
+                hist = stats["perplexity_hist"].setdefault(lang, np.zeros(len(PERPLEXITY_BINS) - 1, np.int64))
+                hist += np.histogram(np.clip(values, 0, 6), PERPLEXITY_BINS)[0]
+    for stage in manifest["stage_order"]:
+        langs: Counter = Counter()
+        best: dict[str, list[tuple[str, str]]] = {}
+        for path in layout.table_parts(version_dir, layout.DECISIONS, stage):
+            names = pq.read_schema(path).names
+            t = pq.read_table(path, columns=[c for c in ("id", "reason", "langid_lang") if c in names])
+            langs.update(_langs(t))
+            for reason in set(t["reason"].to_pylist()):
+                sub = t.filter(pc.equal(t["reason"], reason))
+                ids = sorted(sub["id"].to_pylist())[:example_limit]
+                best[reason] = sorted(best.get(reason, []) + [(i, path) for i in ids])[:example_limit]
+        stats["dropped_langs"][stage] = langs
+        chosen: dict[str, list[dict[str, str]]] = {}
+        for reason in sorted(best):
+            rows = []
+            for doc_id, path in best[reason]:
+                row = pq.read_table(path, columns=["id", "text"], filters=[("id", "=", doc_id)]).to_pylist()[0]
+                rows.append({"id": row["id"], "text": (row["text"] or "")[:example_chars]})
+            chosen[reason] = rows
+        stats["examples"][stage] = chosen
+    return stats
+
+
+def per_language_funnel(stats: dict[str, Any], manifest: dict[str, Any]) -> dict[str, list[int]]:
     """Documents per language remaining after each stage (from the kept
-    documents and each later stage's dropped documents)."""
+    documents and each later stage's dropped documents; :func:`version_stats`)."""
     stages = manifest["stage_order"]
-    final = Counter(_langs(version_dir / "documents.parquet"))
-    dropped = {s: Counter(_langs(version_dir / "decisions" / f"{s}.parquet")) for s in stages}
+    final = stats["final_langs"]
+    dropped = stats["dropped_langs"]
     langs = sorted(set(final) | {lang for c in dropped.values() for lang in c})
     out: dict[str, list[int]] = {}
     for lang in langs:
@@ -127,27 +195,10 @@ def per_language_funnel(version_dir: Path, manifest: dict[str, Any]) -> dict[str
     return out
 
 
-def _langs(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    cols = pq.read_schema(path).names
-    if "langid_lang" not in cols:
-        return ["(before langid)"] * pq.read_metadata(path).num_rows
-    return [v or "unknown" for v in pq.read_table(path, columns=["langid_lang"])["langid_lang"].to_pylist()]
-
-
-def examples(version_dir: Path, stage: str, limit: int = 3, chars: int = 300) -> dict[str, list[dict[str, str]]]:
-    """Up to ``limit`` dropped documents per reason of ``stage`` (smallest ids
-    first, so the page is stable), each with an excerpt."""
-    path = version_dir / "decisions" / f"{stage}.parquet"
-    if not path.exists():
-        return {}
-    t = pq.read_table(path, columns=["id", "reason", "text"])
-    out: dict[str, list[dict[str, str]]] = {}
-    for reason in sorted(set(t["reason"].to_pylist())):
-        sub = t.filter(pc.equal(t["reason"], reason)).slice(0, limit).to_pylist()
-        out[reason] = [{"id": r["id"], "text": r["text"][:chars]} for r in sub]
-    return out
+def _langs(table) -> list[str]:
+    if "langid_lang" not in table.column_names:
+        return ["(before langid)"] * table.num_rows
+    return [v or "unknown" for v in table["langid_lang"].to_pylist()]
 
 
 # --------------------------------------------------------------------------- plots
@@ -198,18 +249,21 @@ def plot_funnel(versions: list[tuple[str, list[dict[str, Any]]]]) -> str:
     return _svg(fig)
 
 
-def plot_histograms(version_dirs: list[tuple[str, Path]]) -> str:
+def plot_histograms(versions: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> str:
+    """Length, language score and dedup cluster size histograms of each
+    (name, stats, manifest)."""
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    for name, vdir in version_dirs:
-        t = pq.read_table(vdir / "documents.parquet", columns=["chars", "langid_score"])
-        chars = [max(c, 1) for c in t["chars"].to_pylist()]
-        axes[0].hist([math.log10(c) for c in chars], bins=40, alpha=0.5, label=name)
-        scores = [s for s in t["langid_score"].to_pylist() if s is not None]
-        axes[1].hist(scores, bins=40, alpha=0.5, label=name)
-        sizes = _cluster_sizes(vdir)
+    for name, stats, manifest in versions:
+        for ax, counts, edges in ((axes[0], stats["length_hist"], LENGTH_BINS),
+                                  (axes[1], stats["score_hist"], SCORE_BINS)):
+            if counts.sum():
+                ax.hist(edges[:-1], bins=edges, weights=counts, alpha=0.5, label=name)
+        sizes = _cluster_sizes(manifest)
         if sizes:
-            axes[2].hist(sizes, bins=range(2, max(sizes) + 2), alpha=0.5, label=name)
+            edges = np.arange(2, max(sizes) + 2)
+            axes[2].hist(sorted(sizes), bins=edges, weights=[sizes[k] for k in sorted(sizes)], alpha=0.5,
+                         label=name)
     axes[0].set_title("document length (log10 characters)")
     axes[1].set_title("language score (kept documents)")
     axes[2].set_title("dedup cluster sizes (documents)")
@@ -220,36 +274,30 @@ def plot_histograms(version_dirs: list[tuple[str, Path]]) -> str:
     return _svg(fig)
 
 
-def _cluster_sizes(vdir: Path) -> list[int]:
-    keepers: Counter = Counter()
-    for path in (vdir / "documents.parquet", vdir / "decisions" / "dedup.parquet"):
-        if path.exists() and "dedup_cluster" in pq.read_schema(path).names:
-            keepers.update(k for k in pq.read_table(path, columns=["dedup_cluster"])["dedup_cluster"].to_pylist() if k)
-    return [n for n in keepers.values() if n > 1]
+def _cluster_sizes(manifest: dict[str, Any]) -> dict[int, int]:
+    """Cluster size -> clusters, from the dedup stage's facts."""
+    fit = ((manifest.get("stages") or {}).get("dedup") or {}).get("fit") or {}
+    return {int(k): int(v) for k, v in (fit.get("cluster_sizes") or {}).items() if int(k) > 1}
 
 
-def plot_perplexity(vdir: Path, manifest: dict[str, Any]) -> str | None:
+def plot_perplexity(stats: dict[str, Any], manifest: dict[str, Any]) -> str | None:
     if "perplexity" not in manifest["stages"]:
         return None
-    t = pq.read_table(vdir / "documents.parquet", columns=["langid_lang", "perplexity_value"])
-    by_lang: dict[str, list[float]] = {}
-    for lang, ppl in zip(t["langid_lang"].to_pylist(), t["perplexity_value"].to_pylist()):
-        if ppl is not None and ppl > 0:
-            by_lang.setdefault(lang, []).append(math.log10(ppl))
+    by_lang = {lang: h for lang, h in stats["perplexity_hist"].items() if h.sum()}
     if not by_lang:
         return None
     facts = manifest["stages"]["perplexity"]["fit"].get("languages", {})
     plt = _plt()
-    langs = sorted(by_lang)
+    langs = sorted(by_lang, key=str)
     fig, axes = plt.subplots(1, len(langs), figsize=(2.6 * len(langs), 2.6), squeeze=False)
     for ax, lang in zip(axes[0], langs):
-        ax.hist(by_lang[lang], bins=30, color="#4878a8")
+        ax.hist(PERPLEXITY_BINS[:-1], bins=PERPLEXITY_BINS, weights=by_lang[lang], color="#4878a8")
         for cut in (facts.get(lang, {}).get("bucket_cutoffs") or []):
             ax.axvline(math.log10(cut), color="#c44", linestyle="--")
         thr = facts.get(lang, {}).get("threshold")
         if thr:
             ax.axvline(math.log10(thr), color="black")
-        ax.set_title(f"{lang} (n={len(by_lang[lang])})")
+        ax.set_title(f"{lang} (n={int(by_lang[lang].sum())})")
         ax.set_xlabel("log10 perplexity")
     fig.suptitle("perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold", y=1.08)
     fig.tight_layout()
@@ -370,8 +418,9 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
         src_rows.append([_e(src)] + [_num(c) for c in counts])
     parts.append(_table(["source"] + stages, src_rows))
     parts.append("<h3>per language (documents after each stage)</h3>")
+    stats = [version_stats(vdir, man) for vdir, man in zip(vdirs, manifests)]
     lang_rows = [[_e(lang)] + [_num(c) for c in counts]
-                 for lang, counts in per_language_funnel(vdirs[0], m).items()]
+                 for lang, counts in per_language_funnel(stats[0], m).items()]
     parts.append(_table(["language"] + stages, lang_rows))
 
     # drop reasons
@@ -384,7 +433,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
         if not dropped:
             continue
         n_in = m["stages"][stage]["totals"]["documents_in"]
-        ex = examples(vdirs[0], stage)
+        ex = stats[0]["examples"].get(stage, {})
         parts.append(f"<h3>{_e(stage)}</h3>")
         for reason, count in sorted(dropped.items(), key=lambda kv: -kv[1]):
             items = "".join(f"<p><b>{_e(e['id'])}</b></p><pre>{_e(e['text'])}</pre>" for e in ex.get(reason, []))
@@ -393,8 +442,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
 
     # distributions
     parts.append("<h2 id='distributions'>Distributions</h2>")
-    parts.append(plot_histograms(list(zip(names, vdirs))))
-    ppl = plot_perplexity(vdirs[0], m)
+    parts.append(plot_histograms(list(zip(names, stats, manifests))))
+    ppl = plot_perplexity(stats[0], m)
     if ppl:
         parts.append(ppl)
     s_curve = plot_s_curve(m, config)

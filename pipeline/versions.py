@@ -4,7 +4,8 @@
 * :func:`diff_versions` - what changed between two versions: the resolved
   config (key by key), the counts (samples, tokens, accounting, per-stage kept,
   drops by reason, per-source mixture) and the documents added and removed per
-  source (kept documents, by id, from each version's ``documents.parquet``).
+  source (kept documents, by id, from each version's ``documents/``, one
+  part pair at a time).
 * :func:`verify_version` - re-hash every shard (``.mindrecord`` and ``.db``)
   and every other file the manifest lists; names each one that differs.
 
@@ -89,11 +90,56 @@ def _counts(m: dict[str, Any]) -> dict[str, Any]:
     return counts
 
 
-def _documents(version_dir: Path) -> pa.Table:
-    path = version_dir / "documents.parquet"
-    if not path.is_file():
+def _document_parts(version_dir: Path, manifest: dict[str, Any]) -> tuple[list[Path], int]:
+    from pipeline import layout
+
+    parts = layout.table_parts(version_dir, layout.DOCUMENTS)
+    return parts, (layout.num_id_parts(manifest, layout.DOCUMENTS) if len(parts) > 1 else 1)
+
+
+def _ids_of(path: Path | None, part: int | None = None, num_parts: int = 1) -> pa.Table:
+    """``id``, ``source`` of one part (only the ids of id part ``part`` of
+    ``num_parts`` when given: the slice a finer-split version compares)."""
+    from pipeline import layout
+
+    if path is None:
         return pa.table({"id": pa.array([], pa.string()), "source": pa.array([], pa.string())})
-    return pq.read_table(path, columns=["id", "source"])
+    table = pq.read_table(path, columns=["id", "source"])
+    if part is not None and num_parts > 1:
+        mask = layout.id_parts(table["id"].to_pylist(), num_parts) == part
+        table = table.filter(pa.array(mask))
+    return table
+
+
+def _document_diff(dir_a: Path, ma: dict[str, Any], dir_b: Path, mb: dict[str, Any]) -> dict[str, Any]:
+    """Per source: kept documents in A and B, added, removed, examples. Both
+    versions split documents by the same id hash into power-of-two parts, so
+    part ``j`` of the finer split lines up with part ``j mod K`` of the other:
+    one pair of parts in memory at a time."""
+    parts_a, ka = _document_parts(dir_a, ma)
+    parts_b, kb = _document_parts(dir_b, mb)
+    k = max(ka, kb)
+    stats: dict[str, dict[str, Any]] = {}
+    for j in range(k):
+        pa_ = parts_a[j % ka] if parts_a else None
+        pb_ = parts_b[j % kb] if parts_b else None
+        # The coarser version's part also holds other slices: keep slice j only.
+        da = _ids_of(pa_, j, k) if ka < k else _ids_of(pa_)
+        db = _ids_of(pb_, j, k) if kb < k else _ids_of(pb_)
+        added = db.filter(pc.invert(pc.is_in(db["id"], value_set=da["id"].combine_chunks())))
+        removed = da.filter(pc.invert(pc.is_in(da["id"], value_set=db["id"].combine_chunks())))
+        for name, table in (("a", da), ("b", db)):
+            for row in table.group_by("source").aggregate([("id", "count")]).to_pylist():
+                s = stats.setdefault(row["source"], {"a": 0, "b": 0, "added": 0, "removed": 0,
+                                                     "added_examples": [], "removed_examples": []})
+                s[name] += row["id_count"]
+        for name, table in (("added", added), ("removed", removed)):
+            for source in set(table["source"].to_pylist()):
+                ids = table.filter(pc.equal(table["source"], source))["id"].to_pylist()
+                s = stats[source]
+                s[name] += len(ids)
+                s[f"{name}_examples"] = sorted(s[f"{name}_examples"] + ids)[:DIFF_EXAMPLES]
+    return dict(sorted(stats.items()))
 
 
 def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
@@ -119,20 +165,7 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
     na, nb = _counts(ma), _counts(mb)
     counts = {k: [na.get(k), nb.get(k)] for k in sorted(set(na) | set(nb)) if na.get(k) != nb.get(k)}
 
-    da, db = _documents(dir_a), _documents(dir_b)
-    added = db.filter(pc.invert(pc.is_in(db["id"], value_set=da["id"].combine_chunks())))
-    removed = da.filter(pc.invert(pc.is_in(da["id"], value_set=db["id"].combine_chunks())))
-    documents: dict[str, dict[str, Any]] = {}
-    sources = sorted(set(da["source"].to_pylist()) | set(db["source"].to_pylist()))
-    for source in sources:
-        new = added.filter(pc.equal(added["source"], source))["id"].to_pylist()
-        old = removed.filter(pc.equal(removed["source"], source))["id"].to_pylist()
-        documents[source] = {
-            "a": int(pc.sum(pc.equal(da["source"], source)).as_py() or 0),
-            "b": int(pc.sum(pc.equal(db["source"], source)).as_py() or 0),
-            "added": len(new), "removed": len(old),
-            "added_examples": sorted(new)[:DIFF_EXAMPLES], "removed_examples": sorted(old)[:DIFF_EXAMPLES],
-        }
+    documents = _document_diff(dir_a, ma, dir_b, mb)
     return {
         "a": ma.get("version", dir_a.name), "b": mb.get("version", dir_b.name),
         "same_config": ma.get("config_hash") == mb.get("config_hash"),

@@ -138,7 +138,7 @@ def validate_samples(samples: Any, min_width: int = 2) -> np.ndarray:
     return np.ascontiguousarray(samples)
 
 
-def _write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, header: int) -> None:
+def write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, header: int) -> None:
     """Write ``columns`` (name -> int32[n, width], validated, same n) to one
     MindRecord file + ``.db`` with the given page and header sizes (bytes), then
     check that the committed file holds exactly ``n`` rows."""
@@ -244,7 +244,7 @@ def write_shards(
             if existing.exists():
                 raise FileExistsError(f"{existing} exists; shards are never overwritten")
         rows = samples[start : start + rows_per_shard]
-        _write_one_shard(path, {n: v[start : start + rows_per_shard] for n, v in all_columns.items()},
+        write_one_shard(path, {n: v[start : start + rows_per_shard] for n, v in all_columns.items()},
                          page, header)
         shards.append(
             {

@@ -60,7 +60,11 @@ def tiny(tmp_path_factory):
         "ingest": {"partition_max_docs": 100},
         "perplexity": {"reference_source": "reference"},
         "tokenize": {"vocab_size": 2000},
-        "output": {"seq_length": SEQ},
+        # Small shards and buckets, so the streaming assembly's exchange is
+        # exercised: several shards, order buckets (windows stitched across
+        # them) and shuffle key ranges.
+        "output": {"seq_length": SEQ, "max_shard_bytes": 64 * (SEQ + 1) * 4, "order_bucket_tokens": 8000,
+                   "shuffle_bucket_samples": 32},
     }
     (root / "tiny.yaml").write_text(yaml.safe_dump(cfg))
     corpora = root / "corpora"
@@ -82,9 +86,13 @@ def test_version_layout_and_accounting(tiny):
     vdir = tiny["result"].version_dir
     m = tiny["result"].manifest
     assert vdir == tiny["corpora"] / "t1"
-    for name in ("manifest.json", "tokenizer.json", "config.yaml", "lineage.parquet",
-                 "documents.parquet", "quarantine.jsonl"):
+    for name in ("manifest.json", "tokenizer.json", "config.yaml", "lineage/part-00000.parquet",
+                 "documents/part-00000.parquet", "excerpts/part-00000.parquet",
+                 "lineage_by_doc/part-00000.parquet", "quarantine.jsonl"):
         assert (vdir / name).exists(), name
+    assert len(m["shards"]) >= 3 and m["layout"]["order_buckets"] >= 3
+    assert sorted(p.name for p in (vdir / "lineage").iterdir()) == [f"part-{i:05d}.parquet"
+                                                                   for i in range(len(m["shards"]))]
     assert not (tiny["corpora"] / ".tmp-t1").exists()
     acc = m["accounting"]
     # 300 fortunes + 1 duplicate + 1 bad line, 12 man pages, 45 reference pages, 4 code files
@@ -102,9 +110,9 @@ def test_version_layout_and_accounting(tiny):
     for a, b in zip(names, names[1:]):
         assert m["stages"][b]["totals"]["documents_in"] == m["stages"][a]["totals"]["kept"]
     assert m["stages"]["dedup"]["totals"]["dropped"].get("dedup.exact_duplicate", 0) >= 1
-    assert acc["kept"] == pq.read_metadata(vdir / "documents.parquet").num_rows
+    assert acc["kept"] == pq.read_table(vdir / "documents", columns=["id"]).num_rows
     for name in m["stage_order"]:
-        dec = pq.read_table(vdir / "decisions" / f"{name}.parquet", columns=["reason"])
+        dec = pq.read_table(vdir / "decisions" / name, columns=["reason"])
         by_reason = {}
         for r in dec["reason"].to_pylist():
             by_reason[r] = by_reason.get(r, 0) + 1
@@ -141,8 +149,8 @@ def test_loader_reads_back_every_sample_and_lineage_decodes_to_documents(tiny):
     tok = Tokenizer.from_file(str(vdir / "tokenizer.json"))
     eos = m["tokenizer"]["special_token_ids"]["eos"]
     assert eos == tok.token_to_id("<|endoftext|>")
-    lineage = pq.read_table(vdir / "lineage.parquet").to_pylist()
-    docs = {d["id"]: d for d in pq.read_table(vdir / "documents.parquet", columns=["id", "text"]).to_pylist()}
+    lineage = pq.read_table(vdir / "lineage").to_pylist()
+    docs = {d["id"]: d for d in pq.read_table(vdir / "documents", columns=["id", "text"]).to_pylist()}
     # reassemble each (document, repeat) from its segments across samples
     pieces: dict[tuple, list] = {}
     for seg in lineage:
@@ -173,7 +181,7 @@ def test_lineage_for_step_equals_loader_batch(tiny):
     vdir = tiny["result"].version_dir
     ds = create_dataset(vdir, global_batch=GLOBAL_BATCH, num_parallel_workers=1)
     batches = [b[0] for b in ds.create_tuple_iterator(output_numpy=True)]
-    lineage = pq.read_table(vdir / "lineage.parquet")
+    lineage = pq.read_table(vdir / "lineage")
     for step in (0, len(batches) - 1):
         records = lineage_for_step(vdir, step, GLOBAL_BATCH)
         assert [r["sample_index"] for r in records] == list(range(step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH))
@@ -208,7 +216,7 @@ def test_cli_inspect_lineage_and_errors(tiny, tmp_path):
     assert res.exit_code == 0, res.output
     records = json.loads(res.output)
     assert [r["sample_index"] for r in records] == list(range(GLOBAL_BATCH, 2 * GLOBAL_BATCH))
-    lineage = pq.read_table(tiny["result"].version_dir / "lineage.parquet")
+    lineage = pq.read_table(tiny["result"].version_dir / "lineage")
     first = lineage.filter(pa.compute.equal(lineage["sample_index"], GLOBAL_BATCH)).to_pylist()
     assert [s["doc_id"] for s in records[0]["segments"]] == [s["doc_id"] for s in first]
 
@@ -257,10 +265,10 @@ def test_crashed_build_resumes_without_redoing_finished_stages(tiny, monkeypatch
 
 
 def test_killed_build_resumes_to_the_same_bytes(tiny):
-    """SIGKILL the build at three points in turn (after the first ingest file,
-    after one heuristics partition, after two tokenize partitions, and just
-    before publishing); each re-run resumes, the last one publishes a version
-    equal to the uninterrupted build."""
+    """SIGKILL the build at seven points in turn (after the first ingest file,
+    after one heuristics partition, after two tokenize partitions, inside each
+    phase of the streaming assembly, and just before publishing); each re-run
+    resumes, the last one publishes a version equal to the uninterrupted build."""
     import os
     import signal
     import subprocess
@@ -279,7 +287,8 @@ def test_killed_build_resumes_to_the_same_bytes(tiny):
         return proc.returncode
 
     base_env = {k: v for k, v in os.environ.items() if k != "MINDCORPUS_CRASH_AFTER"}
-    for point in ("ingest:1", "heuristics:1", "tokenize:2", "assemble:0"):
+    for point in ("ingest:1", "heuristics:1", "tokenize:2", "assemble-emit:2", "assemble-pack:3",
+                  "assemble-shards:2", "assemble:0"):
         code = run({**base_env, "MINDCORPUS_CRASH_AFTER": point})
         beat = heartbeat.read_text() if heartbeat.exists() else "no heartbeat"
         assert code == -signal.SIGKILL, (point, code, beat, log.read_text()[-2000:])
@@ -289,6 +298,7 @@ def test_killed_build_resumes_to_the_same_bytes(tiny):
     resumed = json.loads((tiny["corpora"] / "k1" / "manifest.json").read_text())
     a, b = without_run_facts(tiny["result"].manifest), without_run_facts(resumed)
     assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
+    assert sorted(k for k in set(a["files"]) | set(b["files"]) if a["files"].get(k) != b["files"].get(k)) == []
     a.pop("version"), b.pop("version")
     assert a == b
 

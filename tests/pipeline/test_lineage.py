@@ -199,12 +199,12 @@ def _decode_bytes(ids) -> bytes:
 
 
 def build_tiny_version(root, name: str, packing: str = "concat_split", seq_length: int = 16,
-                       texts=TEXTS, repeats=REPEATS, seed: int = 3, lines=None):
+                       texts=TEXTS, repeats=REPEATS, seed: int = 3, lines=None, partitions: int = 1,
+                       **output):
     """A version written by pipeline.assemble from a hand-made document table;
     document k is ``<source>:<source>.jsonl:<lines[k]>`` (default k + 1)."""
-    from types import SimpleNamespace
-
-    from pipeline.assemble import assemble
+    from pipeline.assemble import assemble_documents
+    from pipeline.config import OutputConfig
 
     lines = lines or list(range(1, len(texts) + 1))
     ids = [f"{src}:{src}.jsonl:{line}" for (src, _), line in zip(texts, lines)]
@@ -218,11 +218,11 @@ def build_tiny_version(root, name: str, packing: str = "concat_split", seq_lengt
         "tokenize_num_tokens": pa.array([len(t) for t in tokens], pa.int32()),
         "mixture_repeats": pa.array(repeats, pa.int32()),
     }).sort_by("id")
-    cfg = SimpleNamespace(seed=seed, output=SimpleNamespace(seq_length=seq_length, max_shard_bytes=8 * (seq_length + 1) * 4,
-                                                             packing=packing))
+    config = OutputConfig(seq_length=seq_length, max_shard_bytes=max(1024, 8 * (seq_length + 1) * 4),
+                          packing=packing, **output)
     vdir = root / name
     vdir.mkdir(parents=True)
-    out = assemble(cfg, docs, vdir, log=lambda m: None)
+    out = assemble_documents(docs, vdir, config, seed, partitions=partitions)
     (vdir / "manifest.json").write_text(json.dumps({"version": name, **out}))
     return vdir, dict(zip(ids, (t for _, t in texts))), out
 
@@ -258,7 +258,7 @@ def test_lineage_decodes_to_the_text_of_the_loader_batch(built, dp_size, global_
 
 def test_every_copy_reassembles_to_its_document_text(built):
     vdir, texts, out = built
-    lineage = pq.read_table(vdir / "lineage.parquet").to_pylist()
+    lineage = pq.read_table(vdir / "lineage").to_pylist()
     rows = np.concatenate([b[0] for b in create_dataset(vdir, 1).create_tuple_iterator(output_numpy=True)])
     copies: dict[tuple, list] = {}
     for seg in lineage:

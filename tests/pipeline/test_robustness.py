@@ -144,5 +144,5 @@ def test_run_log_and_heartbeat(bad_build):
     assert "ingest_done" in kinds and kinds.count("stage_done") == 5  # perplexity disabled
     assert all(e["ts"].endswith("+00:00") for e in events)
     beat = json.loads((root / "corpora" / ".work" / "b1" / "heartbeat.json").read_text())
-    assert beat["stage"] == "mixture" and beat["done"] == beat["total"]
+    assert beat["stage"] == "assemble-index" and beat["done"] == beat["total"]  # the last assembly phase
     assert "run.log.jsonl" not in result.manifest["files"]  # a run fact, not part of the corpus

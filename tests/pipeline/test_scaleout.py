@@ -103,5 +103,5 @@ def test_s3_inputs_equal_disk_inputs(small):
     finally:
         server.stop()
     assert _corpus_files(result) == _corpus_files(small["local"])
-    ids = pq.read_table(result.version_dir / "documents.parquet", columns=["id"])["id"].to_pylist()
+    ids = pq.read_table(result.version_dir / "documents", columns=["id"])["id"].to_pylist()
     assert any(i.startswith("reference:reference.parquet:") for i in ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 from test_lineage import REPEATS, TEXTS, build_tiny_version
@@ -67,8 +68,8 @@ def test_verify_passes_then_names_the_shard_with_a_flipped_byte(versions, tmp_pa
     res = CliRunner().invoke(app, ["verify", str(a)])
     assert res.exit_code == 0 and res.output.startswith("ok:")
 
-    (copy / "lineage.parquet").write_bytes(b"not parquet")
-    assert verify_version(copy)["bad_files"] == ["lineage.parquet"]
+    (copy / "lineage" / "part-00000.parquet").write_bytes(b"not parquet")
+    assert verify_version(copy)["bad_files"] == ["lineage/part-00000.parquet"]
 
 
 def test_diff_config_counts_and_documents_per_source(versions):
@@ -92,6 +93,33 @@ def test_diff_config_counts_and_documents_per_source(versions):
     res = CliRunner().invoke(app, ["diff", str(a), str(b), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["documents"]["web"]["removed"] == 1
+
+
+def test_diff_lines_up_versions_split_into_different_numbers_of_parts(versions, tmp_path):
+    """v2 with documents/ split into 4 parts by the layout's id hash, against
+    v1's single part: the same added/removed documents as the one-part diff."""
+    _, a, b = versions
+    texts = [t for t in TEXTS if t[1] != "Ein kurzer Satz."] + [("books", "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。")]
+    repeats = [r for t, r in zip(TEXTS, REPEATS) if t[1] != "Ein kurzer Satz."] + [1]
+    repeats[4] += 1
+    many, _, _ = build_tiny_version(tmp_path, "v2many", texts=texts, repeats=repeats,
+                                    lines=[1, 2, 4, 5, 6, 7, 8], partitions=3)
+    import pyarrow.parquet as pq
+
+    from pipeline import layout
+
+    # force a split: rewrite documents/ into 4 parts by the layout's id hash
+    table = pq.read_table(many / "documents")
+    parts = layout.id_parts(table["id"].to_pylist(), 4)
+    for old in (many / "documents").glob("*.parquet"):
+        old.unlink()
+    for j in range(4):
+        pq.write_table(table.filter(pa.array(parts == j)).sort_by("id"), many / "documents" / layout.part_name(j))
+    manifest = json.loads((many / "manifest.json").read_text())
+    manifest["layout"]["documents_parts"] = 4
+    (many / "manifest.json").write_text(json.dumps(manifest))
+    assert diff_versions(a, many)["documents"] == diff_versions(a, b)["documents"]
+    assert diff_versions(many, a)["documents"] == diff_versions(b, a)["documents"]
 
 
 def test_inspect_version(versions):
