@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 VERSION ?= v1
 STAMP  := $(VENV)/.mindcorpus-setup
 
-.PHONY: setup corpus test bench clean-work tokenizer-report
+.PHONY: setup corpus test bench bench-scale bench-scale-large clean-work tokenizer-report
 
 setup: $(STAMP) tools/bin/lmplz
 
@@ -28,6 +28,15 @@ test: setup
 
 bench: setup
 	$(BIN)/python -m bench
+
+# Build memory, CPU and disk as the corpus grows (bench/scale.py): 1x, 4x and 16x
+# near-copies of the development corpus; bench-results/scale/scale.md.
+bench-scale: setup
+	$(BIN)/python -m bench.scale --factors 1 4 16
+
+# Only the > 2.5 GiB kept-text case (built, verified, last step read back).
+bench-scale-large: setup
+	$(BIN)/python -m bench.scale --large --factors
 
 # Tokenizer coverage report: TOKENIZERS (NAME=PATH ...) on CORPUS, written to REPORT_DIR.
 TOKENIZERS ?= $(VERSION)=corpora/$(VERSION)/tokenizer.json
