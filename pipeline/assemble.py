@@ -584,8 +584,11 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     shard = {"name": name, "sha256": _sha256(path), "db_sha256": _sha256(Path(f"{path}.db")),
              "rows": int(rows.shape[0]), "bytes": path.stat().st_size}
 
+    from pipeline.executor import current_node
+
     lineage = pa.concat_tables(segment_tables) if segment_tables else None
-    result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": {}, "segments": 0}
+    result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": {}, "segments": 0,
+                              "node": current_node()}
     if lineage is not None:
         lineage = lineage.sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
         si = lineage["sample_index"].to_numpy()
@@ -825,6 +828,9 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     finally:
         tracker.close()
     shards = [w["shard"] for w in written]
+    shard_nodes: dict[str, int] = {}
+    for w in written:
+        shard_nodes[w.get("node", "local")] = shard_nodes.get(w.get("node", "local"), 0) + 1
     by_source: dict[str, int] = {}
     for w in written:
         files.update(w["files"])
@@ -869,6 +875,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                    "documents_parts": doc_parts, "excerpts_parts": doc_parts,
                    "lineage_by_doc_parts": by_doc_parts, "decisions_parts": decision_parts},
         "files": files,
+        "shard_nodes": dict(sorted(shard_nodes.items())),
         "decision_rows": decision_rows,
         "kept_rows": kept_rows,
     }

@@ -483,7 +483,8 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
                  "fit_seconds": round(time.perf_counter() - t0, 2)}
         write_json_atomic(state, out_dir / STATE)
-    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp) for ref, out in zip(in_parts, outputs)]
+    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes)
+             for ref, out in zip(in_parts, outputs)]
     t1 = time.perf_counter()
     tracker = runlog.tracker(name, len(tasks), in_docs)
     try:
@@ -721,7 +722,8 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             nodes = dict(sorted(executor.nodes.items()))
         run = {"wall_seconds": round(time.perf_counter() - t_start, 2), "stage_seconds": timings,
                "peak_rss": {"driver_mb": peak_rss_mb(), "largest_worker_mb": worker_peak},
-               "executor": cfg.executor.kind, "num_workers": workers, "task_nodes": nodes}
+               "executor": cfg.executor.kind, "num_workers": workers, "task_nodes": nodes,
+               "shard_nodes": assembled["shard_nodes"]}
         manifest = manifest_phase(version, cfg, config_path, ingested, staged, assembled, tmp, run)
         publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"])
         return BuildResult(final, manifest)

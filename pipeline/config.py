@@ -81,12 +81,19 @@ class ExecutorConfig(_Strict):
         address: the Ray cluster (``auto``, ``host:6379``, ``ray://host:10001``);
             null starts a private local Ray instance.
         num_cpus_per_task: CPUs Ray reserves per task.
+        batch_bytes: a stage that decides each document on its own is called
+            on batches of about this much text (UTF-8 bytes) of a partition,
+            so a worker's memory follows the batch, not the partition; the
+            output is the same for any value. 8 MiB: the heuristics stage, the
+            hungriest, peaks at ~45x its batch (measured: docs/architecture.md,
+            "Scale").
     """
 
     kind: Literal["local", "ray"] = "local"
     num_workers: int = pydantic.Field(2, ge=1, le=1024)
     address: str | None = None
     num_cpus_per_task: float = pydantic.Field(1.0, gt=0)
+    batch_bytes: int = pydantic.Field(8 * 1024 * 1024, ge=1024)
 
 
 class IngestConfig(_Strict):

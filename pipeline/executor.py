@@ -57,8 +57,13 @@ def _measured(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str]:
     through this, so the executor knows the largest worker's memory and, on
     Ray, which node ran what."""
     result = fn(x)
-    node = os.environ.get("MINDCORPUS_NODE") or _ray_node() or "local"
-    return result, peak_rss_mb(), node
+    return result, peak_rss_mb(), current_node()
+
+
+def current_node() -> str:
+    """Where this task runs: the Ray node id on a Ray worker, ``local``
+    otherwise (or ``$MINDCORPUS_NODE`` when set)."""
+    return os.environ.get("MINDCORPUS_NODE") or _ray_node() or "local"
 
 
 def _ray_node() -> str | None:
@@ -161,7 +166,9 @@ class LocalExecutor:
                 ran to its end first, so their outputs are on disk for a re-run.
         """
         items = list(items)
-        if self.num_workers <= 1 or len(items) <= 1:
+        # With workers, even a single task runs in one: the driver's memory
+        # stays that of orchestration (no shard writer, no MindSpore import).
+        if self.num_workers <= 1:
             return _gather(((i, functools.partial(_measured, fn, x)) for i, x in enumerate(items)),
                            len(items), on_done, self)
         if self._pool is None:
@@ -273,6 +280,27 @@ def partition_counts(table: pa.Table) -> dict[str, dict[str, Any]]:
     return out
 
 
+def row_batches(table: pa.Table, batch_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges ``[lo, hi)`` of about ``batch_bytes`` of text
+    (UTF-8 bytes of ``text``; at least one row each). A table without a
+    ``text`` column is one batch."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if "text" not in table.column_names or table.num_rows == 0:
+        return [(0, table.num_rows)]
+    sizes = pc.fill_null(pc.binary_length(table["text"]), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ends = np.cumsum(sizes)
+    cuts = [0]
+    target = batch_bytes
+    while cuts[-1] < len(sizes):
+        nxt = int(np.searchsorted(ends, target, side="left")) + 1
+        nxt = max(cuts[-1] + 1, min(nxt, len(sizes)))
+        cuts.append(nxt)
+        target = ends[nxt - 1] + batch_bytes
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 def process_partition(task: tuple) -> dict[str, Any]:
     """Run one stage on one partition: read the kept documents of ``ref``
     (base + earlier layers), call ``Stage.process``, check its contract,
@@ -281,7 +309,9 @@ def process_partition(task: tuple) -> dict[str, Any]:
 
     Args:
         task: (stage name, stage config as JSON, context, input
-            :class:`stages.base.PartitionRef`, output path, stage fingerprint).
+            :class:`stages.base.PartitionRef`, output path, stage fingerprint,
+            batch bytes: a row-independent stage is called on consecutive
+            batches of about this much text, see :func:`row_batches`).
 
     Returns:
         ``{"counts": partition_counts(...), "kept": n}``.
@@ -290,12 +320,18 @@ def process_partition(task: tuple) -> dict[str, Any]:
         RuntimeError: the stage broke its contract (rows added, removed or
             reordered; ``keep``/``reason`` missing).
     """
-    name, config_json, ctx, ref, out_path, fingerprint = task
+    name, config_json, ctx, ref, out_path, fingerprint, batch_bytes = task
     out_path = Path(out_path)
     if not out_path.exists():
         stage = _stage(name, config_json, ctx, fingerprint)
         table, rows = read_view(ref)
-        out = stage.process(table)
+        stage.partition = ref.name
+        try:
+            batches = row_batches(table, batch_bytes) if stage.row_independent else [(0, table.num_rows)]
+            outs = [stage.process(table.slice(lo, hi - lo)) for lo, hi in batches]
+            out = outs[0] if len(outs) == 1 else pa.concat_tables(outs, promote_options="permissive")
+        finally:
+            stage.partition = None
         if out.num_rows != table.num_rows or out.column("id") != table.column("id"):
             raise RuntimeError(f"stage {name} changed the rows of {ref.name}")
         for col in (KEEP, REASON):
@@ -354,7 +390,10 @@ class RayExecutor:
         """Same contract as :meth:`LocalExecutor.map`."""
         ray = self._ray
         if self._task is None:
-            self._task = ray.remote(num_cpus=self.num_cpus_per_task, max_retries=2)(_apply)
+            # SPREAD: tasks go round the nodes instead of filling the first
+            # one, so every node reads, writes and holds its share.
+            self._task = ray.remote(num_cpus=self.num_cpus_per_task, max_retries=2,
+                                    scheduling_strategy="SPREAD")(_apply)
         fn_ref = ray.put(fn)  # functions, partials and bound methods alike
         refs = [self._task.remote(fn_ref, x) for x in items]
         index = {ref: i for i, ref in enumerate(refs)}

@@ -292,6 +292,19 @@ class Stage:
 
     name: ClassVar[str]
     Config: ClassVar[type[StageConfig]] = StageConfig
+    #: The name of the partition :meth:`process` is called on
+    #: (``part-FFFFF-NNNNN.parquet``, the same as ``PartitionRef.name`` of the
+    #: refs ``fit`` saw), set by the executor before each call; None when
+    #: ``process`` is called outside a build. A stage whose ``fit`` wrote
+    #: per-partition results (dedup) reads only its partition's by it.
+    partition: str | None = None
+    #: True when :meth:`process` decides each document on its own (no
+    #: statistic over the partition): the executor then calls it on
+    #: consecutive row batches of about ``executor.batch_bytes`` of text, so a
+    #: worker's memory follows the batch, not the partition (measured:
+    #: docs/architecture.md, "Scale"). Every built-in stage is; a stage that
+    #: needs the whole partition at once leaves it False.
+    row_independent: ClassVar[bool] = False
 
     def __init__(self, config: StageConfig, ctx: StageContext):
         self.config = config

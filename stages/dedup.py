@@ -21,8 +21,8 @@ Phases (:meth:`DedupStage.fit` only wires them; the heavy work is in
    normalized lines of the survivors, spilled by hash; each line's owner is
    the best-keyed document holding it, the other occurrences are removed.
 
-``fit`` writes ``work_dir/removed.parquet`` (``id, keeper, similarity,
-reason``, sorted by id) and ``work_dir/lines/`` (``id, line``), and deletes
+``fit`` writes ``work_dir/removed/<partition>`` (``id, keeper, similarity,
+reason`` of that partition's cluster members, sorted by id) and ``work_dir/lines/`` (``id, line``), and deletes
 its spill and signature files. :meth:`DedupStage.process` joins them back
 onto each partition and, for line dedup, replaces ``text`` and ``chars``.
 """
@@ -67,7 +67,9 @@ from stages.dedup_minhash import (  # noqa: F401
 from stages.dedup_phases import REASON_EXACT, REASON_NEAR, document_signatures  # noqa: F401
 
 REASON_LINES = "dedup.duplicate_lines"
-REMOVED_FILE = "removed.parquet"
+REMOVED_DIR = "removed"
+_REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("keeper", pa.string()), ("similarity", pa.float64()),
+                             ("reason", pa.string())])
 LINES_DIR = "lines"
 EXACT_HASH_NAME = "blake2b-128(nfkc+casefold+collapse_whitespace)"
 LINE_HASH_NAME = "xxh3_64(nfkc+casefold+no_punctuation+digits_to_0)"
@@ -186,12 +188,13 @@ class DedupStage(Stage):
     ``dedup.duplicate_lines`` (every non-blank line was a removed duplicate).
     """
 
+    row_independent = True
     name = "dedup"
     Config = Config
 
     def fit(self, partitions: Partitions) -> dict[str, Any]:
         """Find duplicate clusters and lines over all partitions; write
-        ``work_dir/removed.parquet`` and ``work_dir/lines/``.
+        ``work_dir/removed/`` and ``work_dir/lines/``.
 
         Returns:
             Manifest facts: hash names, seed, num_perm, bands, rows, threshold,
@@ -237,10 +240,7 @@ class DedupStage(Stage):
             n_edges = len(edges)
             near = phases.near_clusters(edges, paths, signature_dir, cfg)
         removed = phases.removed_table(exact, near)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        tmp = work_dir / f".{REMOVED_FILE}.{os.getpid()}.tmp"
-        pq.write_table(removed, tmp, row_group_size=65536)
-        os.replace(tmp, work_dir / REMOVED_FILE)
+        self._write_removed(removed, [p.name for p in paths])
 
         lines = {"lines_considered": 0, "lines_removed": 0}
         if config.line_dedup:
@@ -285,6 +285,23 @@ class DedupStage(Stage):
             **lines,
         }
 
+    def _write_removed(self, removed: pa.Table, names: list[str]) -> None:
+        """``work_dir/removed/<partition name>``: each partition's cluster
+        members (``id, keeper, similarity, reason``, sorted by id), so that
+        ``process`` reads only its own rows (a lookup against one table of
+        every duplicate would read it once per partition)."""
+        out = Path(self.ctx.work_dir) / REMOVED_DIR
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True, exist_ok=True)
+        part = (removed["g"].to_numpy() >> np.int64(phases.HANDLE_SHIFT)) if removed.num_rows else np.zeros(0)
+        table = removed.drop_columns(["g"])
+        for p in np.unique(part):
+            rows = table.filter(pa.array(part == p)).sort_by("id")
+            tmp = out / f".{names[int(p)]}.{os.getpid()}.tmp"
+            pq.write_table(rows, tmp)
+            os.replace(tmp, out / names[int(p)])
+        (out / "_DONE").write_text(str(len(names)))
+
     @staticmethod
     def _skip_rows(num_partitions: int, handles: pa.Array | np.ndarray) -> list[np.ndarray]:
         """Per partition, the sorted kept-row positions of ``handles``."""
@@ -322,14 +339,17 @@ class DedupStage(Stage):
         """
         config: Config = self.config
         work_dir = Path(self.ctx.work_dir)
-        path = work_dir / REMOVED_FILE
-        if not path.exists():
-            raise FileNotFoundError(f"dedup: {path} missing; run fit() before process()")
+        folder = work_dir / REMOVED_DIR
+        if not (folder / "_DONE").exists():
+            raise FileNotFoundError(f"dedup: {folder} missing; run fit() before process()")
         n = table.num_rows
-        if n == 0:
-            removed = pq.read_table(path).slice(0, 0)
+        own = folder / self.partition if self.partition else None
+        if own is not None:
+            removed = pq.read_table(own) if own.exists() else _REMOVED_SCHEMA.empty_table()
+        elif n and any(folder.glob("*.parquet")):  # called outside a build: look the ids up everywhere
+            removed = self._read_by_id(folder, table["id"])
         else:
-            removed = self._read_by_id(path, table["id"])
+            removed = _REMOVED_SCHEMA.empty_table()
         index = pc.index_in(table["id"], value_set=removed["id"])
         cluster = removed["keeper"].take(index)
         similarity = removed["similarity"].take(index)

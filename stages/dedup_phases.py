@@ -538,8 +538,9 @@ def near_clusters(edges: np.ndarray, paths: list[str], signature_dir: Path,
 
 
 def removed_table(exact: pa.Table, near: pa.Table) -> pa.Table:
-    """Driver: ``id, keeper, similarity, reason`` for every member of every
-    cluster with more than one document, sorted by id.
+    """Driver: ``id, keeper, similarity, reason, g`` for every member of every
+    cluster with more than one document, sorted by id (``g``: the member's
+    handle, so the table can be split by partition).
 
     An exact duplicate points at the final keeper of its exact keeper's
     cluster: similarity 1.0 when that is its exact keeper, else the exact
@@ -550,32 +551,37 @@ def removed_table(exact: pa.Table, near: pa.Table) -> pa.Table:
     near_keeper = dict(zip(near["g"].to_pylist(),
                            zip(near["keeper_g"].to_pylist(), near["keeper_id"].to_pylist(),
                                near["similarity"].to_pylist())))
-    ids, keepers, sims, reasons = [], [], [], []
-    for i, kid, sim in zip(near["id"].to_pylist(), near["keeper_id"].to_pylist(),
-                           near["similarity"].to_pylist()):
+    ids, keepers, sims, reasons, handles = [], [], [], [], []
+    for g, i, kid, sim in zip(near["g"].to_pylist(), near["id"].to_pylist(), near["keeper_id"].to_pylist(),
+                              near["similarity"].to_pylist()):
         ids.append(i)
         keepers.append(kid)
         sims.append(sim)
         reasons.append(None if sim is None else REASON_NEAR)
-    exact_keepers: dict[str, None] = {}
-    for i, eg, eid in zip(exact["id"].to_pylist(), exact["keeper_g"].to_pylist(), exact["keeper_id"].to_pylist()):
+        handles.append(g)
+    exact_keepers: dict[str, int] = {}
+    for g, i, eg, eid in zip(exact["g"].to_pylist(), exact["id"].to_pylist(), exact["keeper_g"].to_pylist(),
+                             exact["keeper_id"].to_pylist()):
         if eg in near_keeper:
             fg, fid, fsim = near_keeper[eg]
             sim = 1.0 if fg == eg else fsim
         else:
             fid, sim = eid, 1.0
-            exact_keepers[eid] = None
+            exact_keepers[eid] = eg
         ids.append(i)
         keepers.append(fid)
         sims.append(sim)
         reasons.append(REASON_EXACT)
-    for eid in exact_keepers:
+        handles.append(g)
+    for eid, eg in exact_keepers.items():
         ids.append(eid)
         keepers.append(eid)
         sims.append(None)
         reasons.append(None)
+        handles.append(eg)
     table = pa.table({"id": pa.array(ids, pa.string()), "keeper": pa.array(keepers, pa.string()),
-                      "similarity": pa.array(sims, pa.float64()), "reason": pa.array(reasons, pa.string())})
+                      "similarity": pa.array(sims, pa.float64()), "reason": pa.array(reasons, pa.string()),
+                      "g": pa.array(handles, pa.int64())})
     return table.sort_by("id")
 
 

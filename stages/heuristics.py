@@ -969,6 +969,7 @@ class HeuristicsStage(Stage):
     Needs the ``langid_lang`` column (raises KeyError without it).
     """
 
+    row_independent = True
     name = "heuristics"
     Config = Config
 

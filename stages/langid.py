@@ -330,6 +330,7 @@ class LangIdStage(Stage):
     (language not in ``allowed_languages``).
     """
 
+    row_independent = True
     name = "langid"
     Config = Config
 

@@ -533,6 +533,7 @@ class MixtureStage(Stage):
     """Set the number of output copies of each document (``mixture_repeats``,
     int32) and drop documents with none (``mixture.not_sampled``)."""
 
+    row_independent = True
     name = "mixture"
     Config = Config
 

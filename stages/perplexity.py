@@ -60,6 +60,14 @@ class Config(StageConfig):
         order: n-gram order for ``lmplz -o``; default 5 as CCNet. Must be >= 2
             (an order-1 model ignores context, so it measures word frequency,
             not fluency).
+        max_reference_chars: at most this many characters of reference text
+            per language train its model: documents are drawn by a seeded hash
+            of their id with probability ``min(1, max / available)``, so the
+            draw does not depend on partitioning. Default 20,000,000 (the
+            tokenizer's ``train_max_chars``): the driver holds the drawn lines
+            while it trains (~3 bytes per character, measured), and lmplz's
+            time grows with them. CCNet trained on Wikipedia per language;
+            raise it for a large curated reference.
         min_reference_chars: a language gets a model only with at least this
             many characters (``len(text)``) of reference text; default 100,000,
             our choice: the smallest reference of our dev corpus that we use,
@@ -87,12 +95,14 @@ class Config(StageConfig):
             scoring the reference documents of that language, if any.
         languages: restrict models to these ``langid_lang`` codes; None = every
             language with enough reference text.
-        lmplz_memory: ``lmplz -S`` (sort memory: ``10%`` of RAM or a size such
-            as ``512M``); default ``10%`` because lmplz's own default is 80%
-            of RAM (notes/dependencies.md). lmplz allocates all of it up front
-            (0.9 s of page faults at 10% of 24 GiB, measured), so tests pass a
-            small size. It does not change the model (identical ARPA output,
-            measured), so it is not part of the model cache key.
+        lmplz_memory: ``lmplz -S`` (sort memory: a size such as ``1G`` or a
+            share of RAM such as ``10%``); default ``1G``: lmplz's own default
+            is 80% of RAM (notes/dependencies.md) and it allocates all of it up
+            front (0.9 s of page faults at 10% of 24 GiB, measured), which on
+            a shared build machine would be one process of 2.4 GiB whatever
+            the reference size; with less than it needs, lmplz sorts on disk.
+            Tests pass a small size. It does not change the model (identical
+            ARPA output, measured), so it is not part of the model cache key.
         tokenizer: what the n-gram model counts. ``words`` (default):
             segmenter words plus one token per punctuation character
             (:func:`tokenize`); ``sentencepiece``: pieces of a unigram
@@ -128,12 +138,13 @@ class Config(StageConfig):
     reference_source: str
     order: int = 5
     min_reference_chars: int = pydantic.Field(100_000, ge=1)
+    max_reference_chars: int = pydantic.Field(20_000_000, ge=1)
     max_percentile: float | None = pydantic.Field(95.0, gt=0, le=100)
     max_perplexity: dict[str, float] = {}
     bucket_percentiles: tuple[float, float] = (33.0, 66.0)
     action: Literal["drop", "annotate"] = "drop"
     languages: list[str] | None = None
-    lmplz_memory: str = pydantic.Field("10%", pattern=r"^[0-9]+(\.[0-9]+)?[%bKMGTkmgt]?$")
+    lmplz_memory: str = pydantic.Field("1G", pattern=r"^[0-9]+(\.[0-9]+)?[%bKMGTkmgt]?$")
     tokenizer: Literal["words", "sentencepiece"] = "words"
     sentencepiece_vocab_size: int = pydantic.Field(2000, ge=100)
     sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
@@ -383,9 +394,32 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 # ----------------------------------------------------------------- training
 
-def reference_documents(path: Path, reference_source: str,
-                        languages: list[str] | None) -> list[tuple[str, str, int, list[str]]]:
+_REFERENCE_SALT = 0x726566  # "ref": the reference draw is independent of other draws
+
+
+def reference_chars(path: Path, reference_source: str, languages: list[str] | None) -> dict[str, int]:
+    """Characters of one partition's kept reference documents per language
+    (``chars``, no text read). Top-level so ``Partitions.map`` can pickle it."""
+    from stages.base import view_columns
+
+    has_chars = "chars" in view_columns(path)
+    table = read_kept(path, ["source", "chars" if has_chars else "text", "langid_lang"])
+    lengths = table["chars"].to_pylist() if has_chars else [len(t or "") for t in table["text"].to_pylist()]
+    out: dict[str, int] = {}
+    for source, chars, lang in zip(table["source"].to_pylist(), lengths, table["langid_lang"].to_pylist()):
+        if source == reference_source and lang is not None and (languages is None or lang in languages):
+            out[lang] = out.get(lang, 0) + (chars or 0)
+    return out
+
+
+def reference_documents(path: Path, reference_source: str, languages: list[str] | None,
+                        draw: dict[str, float] | None = None,
+                        seed: int = 0) -> list[tuple[str, str, int, list[str]]]:
     """Read one partition's kept reference documents as normalized lines.
+
+    Args:
+        draw: language -> probability of taking a document (seeded id hash;
+            see ``Config.max_reference_chars``); None takes every one.
 
     Returns:
         ``(id, lang, characters, lines)`` (lines: :func:`normalized_lines`,
@@ -393,6 +427,8 @@ def reference_documents(path: Path, reference_source: str,
         ``reference_source`` with a non-null ``langid_lang`` (in ``languages``
         when given), in row order. Top-level so ``Partitions.map`` can pickle it.
     """
+    from stages.packing import id_hash
+
     table = read_kept(path, ["id", "source", "text", "langid_lang"])
     out = []
     for doc_id, source, text, lang in zip(*(table[c].to_pylist() for c in
@@ -400,6 +436,8 @@ def reference_documents(path: Path, reference_source: str,
         if source != reference_source or lang is None:
             continue
         if languages is not None and lang not in languages:
+            continue
+        if draw is not None and id_hash(doc_id, seed ^ _REFERENCE_SALT) >= draw.get(lang, 0.0) * 2.0 ** 64:
             continue
         out.append((doc_id, lang, len(text), normalized_lines(text)))
     return out
@@ -491,7 +529,7 @@ def train_language_model(lines: list[str], lang: str, config: Config, tools_dir:
 
 
 def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir: Path,
-                memory: str = "10%", tokenizer_model: bytes | None = None) -> Path:
+                memory: str = "1G", tokenizer_model: bytes | None = None) -> Path:
     """Train (or fetch from cache) a KenLM binary model on token lines.
 
     Runs ``lmplz -o ORDER -S MEMORY --discount_fallback`` (``-S``: lmplz's
@@ -632,6 +670,7 @@ class PerplexityStage(Stage):
     without a model are kept unmeasured.
     """
 
+    row_independent = True
     name = "perplexity"
     Config = Config
 
@@ -655,9 +694,15 @@ class PerplexityStage(Stage):
                 tokenizer file cannot be read back (the message names it).
         """
         cfg: Config = self.config
+        available: dict[str, int] = {}
+        for part in partitions.map(functools.partial(reference_chars, reference_source=cfg.reference_source,
+                                                     languages=cfg.languages), list(partitions.paths)):
+            for lang, chars in part.items():
+                available[lang] = available.get(lang, 0) + chars
+        draw = {lang: min(1.0, cfg.max_reference_chars / chars) for lang, chars in available.items() if chars}
         mapped = partitions.map(
             functools.partial(reference_documents, reference_source=cfg.reference_source,
-                              languages=cfg.languages),
+                              languages=cfg.languages, draw=draw, seed=self.ctx.seed),
             list(partitions.paths))
         by_lang: dict[str, list] = {}
         for part in mapped:

@@ -38,6 +38,7 @@ text). Every other document is kept.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -459,54 +460,107 @@ def _group_targets(available: dict[tuple[str, str], int], config: Config) -> dic
     return targets
 
 
-def training_sample(partitions: Partitions, config: Config, seed: int, counts: dict | None = None):
+def _group_chars(part, seed: int, fraction: float) -> dict[str, int]:
+    """Worker: characters of the non-held-out kept documents of one partition
+    per ``"source\0language"`` group (no text read when ``chars`` exists)."""
+    out: dict[str, int] = defaultdict(int)
+    for doc_id, source, lang, chars in _document_rows(Partitions([part], None), with_text=False):
+        if chars and not is_heldout(doc_id, seed, fraction):
+            out[f"{source}\0{lang}"] += chars
+    return dict(out)
+
+
+def _draw(task: dict[str, Any]) -> dict[str, int]:
+    """Worker: write the drawn texts of one partition (row order) to
+    ``task["out"]`` (``group``, ``text``); return the held-out count."""
+    seed, fraction = task["seed"], task["fraction"]
+    groups, texts, heldout = [], [], 0
+    for doc_id, source, lang, _, text in _document_rows(Partitions([task["part"]], None), with_text=True):
+        if not text:
+            continue
+        if is_heldout(doc_id, seed, fraction):
+            heldout += 1
+            continue
+        group = f"{source}\0{lang}"
+        p = task["draw"].get(group, 0.0)
+        if p <= 0 or id_hash(doc_id, seed) >= p * _HASH_SPACE:
+            continue
+        groups.append(group)
+        texts.append(text)
+    out = Path(task["out"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    pq.write_table(pa.table({"group": pa.array(groups, pa.string()), "text": pa.array(texts, pa.large_string())}),
+                   tmp, compression="zstd")
+    tmp.replace(out)
+    return {"heldout": heldout}
+
+
+def training_sample(partitions: Partitions, config: Config, seed: int, counts: dict | None = None,
+                    spill_dir: Path | None = None):
     """Yield a deterministic, bounded, balanced sample of kept texts (str), in
     partition order, never a held-out document.
 
-    1. One pass over ``id``, ``source``, language and ``chars`` (no text)
-       counts the available characters of each (source, language) group.
+    1. Workers count the available characters of each (source, language)
+       group of their partitions (``id``, ``source``, language, ``chars``; no
+       text).
     2. Each group gets a target (:class:`Config` ``train_*_weights``; without
        weights, every group ``p * available`` with ``p = min(1,
        train_max_chars / total)``), and each document of a group is drawn when
        its seeded xxh64 id hash is below ``min(1, target / available)`` (so the
-       draw does not depend on partitioning).
-    3. The second pass streams the drawn texts, skipping a document that would
-       take its group past its target (or the sample past
-       ``train_max_chars``).
+       draw does not depend on partitioning). Workers write their drawn texts
+       to ``spill_dir`` (about ``train_max_chars`` in all).
+    3. The driver streams the drawn texts in partition order, skipping a
+       document that would take its group past its target (or the sample past
+       ``train_max_chars``). It reads about ``train_max_chars`` characters,
+       whatever the corpus size.
 
     Args:
         counts: if given, filled with ``{"documents", "chars", "by_language",
             "by_source", "heldout_documents"}`` as the sample is consumed.
+        spill_dir: where the drawn texts go (a temporary directory when None;
+            removed when the sample is consumed).
     """
+    import tempfile
+
     counts = counts if counts is not None else {}
     counts.update(documents=0, chars=0, by_language={}, by_source={}, heldout_documents=0)
+    mapper = partitions.map or (lambda fn, items: [fn(x) for x in items])
+    fraction = config.heldout_fraction
     available: dict[tuple[str, str], int] = defaultdict(int)
-    for doc_id, source, lang, chars in _document_rows(partitions, with_text=False):
-        if chars and not is_heldout(doc_id, seed, config.heldout_fraction):
+    for part_counts in mapper(functools.partial(_group_chars, seed=seed, fraction=fraction),
+                              list(partitions.paths)):
+        for key, chars in part_counts.items():
+            source, lang = key.split("\0")
             available[(source, lang)] += chars
     targets = _group_targets(available, config)
-    used: dict[tuple[str, str], int] = defaultdict(int)
-    total = 0
-    for doc_id, source, lang, _, text in _document_rows(partitions, with_text=True):
-        if not text:
-            continue
-        if is_heldout(doc_id, seed, config.heldout_fraction):
-            counts["heldout_documents"] += 1
-            continue
-        group = (source, lang)
-        target = targets.get(group, 0.0)
-        if target <= 0 or id_hash(doc_id, seed) >= min(1.0, target / available[group]) * _HASH_SPACE:
-            continue
-        n = len(text)
-        if used[group] + n > target or total + n > config.train_max_chars:
-            continue
-        used[group] += n
-        total += n
-        counts["documents"] += 1
-        counts["chars"] += n
-        counts["by_language"][lang] = counts["by_language"].get(lang, 0) + n
-        counts["by_source"][source] = counts["by_source"].get(source, 0) + n
-        yield text
+    draw = {f"{s}\0{l}": min(1.0, t / available[(s, l)]) for (s, l), t in targets.items()
+            if t > 0 and available[(s, l)]}
+    own = spill_dir is None
+    spill = Path(tempfile.mkdtemp(prefix="bpe-sample-")) if own else Path(spill_dir)
+    files = [spill / f"part-{i:05d}.parquet" for i in range(len(partitions.paths))]
+    try:
+        drawn = mapper(_draw, [{"part": p, "seed": seed, "fraction": fraction, "draw": draw, "out": str(f)}
+                               for p, f in zip(partitions.paths, files)])
+        counts["heldout_documents"] = sum(d["heldout"] for d in drawn)
+        used: dict[tuple[str, str], int] = defaultdict(int)
+        total = 0
+        for path in files:
+            table = pq.read_table(path)
+            for key, text in zip(table["group"].to_pylist(), table["text"].to_pylist()):
+                source, lang = group = tuple(key.split("\0"))
+                n = len(text)
+                if used[group] + n > targets.get(group, 0.0) or total + n > config.train_max_chars:
+                    continue
+                used[group] += n
+                total += n
+                counts["documents"] += 1
+                counts["chars"] += n
+                counts["by_language"][lang] = counts["by_language"].get(lang, 0) + n
+                counts["by_source"][source] = counts["by_source"].get(source, 0) + n
+                yield text
+    finally:
+        shutil.rmtree(spill, ignore_errors=True) if own else [f.unlink(missing_ok=True) for f in files]
 
 
 def _special_ids(tokenizer, config: Config) -> dict[str, int | None]:
@@ -539,6 +593,7 @@ class TokenizeStage(Stage):
     see :func:`token_id_dtype`), ``tokenize_num_tokens`` (int32, including EOS).
     """
 
+    row_independent = True
     name = "tokenize"
     Config = Config
 
@@ -565,7 +620,8 @@ class TokenizeStage(Stage):
             tokenizer = load_tokenizer(Path(config.tokenizer_path), config.eos_token)
             shutil.copyfile(config.tokenizer_path, out)
         else:
-            tokenizer = train_bpe(training_sample(partitions, config, self.ctx.seed, counts), config)
+            tokenizer = train_bpe(training_sample(partitions, config, self.ctx.seed, counts,
+                                                  Path(self.ctx.work_dir) / "sample"), config)
             tmp = out.with_suffix(".json.tmp")
             tokenizer.save(str(tmp))
             tmp.replace(out)

@@ -1,14 +1,21 @@
-"""Scale-out paths give the same corpus: a Ray build equals a local build byte
-for byte, and inputs read from an S3-compatible server (moto on 127.0.0.1)
-equal the same files read from disk.
+"""Scale-out paths give the same corpus: a Ray build on a cluster of two
+nodes equals a local build byte for byte, with shards written on both nodes;
+inputs read from an S3-compatible server (moto on 127.0.0.1) equal the same
+files read from disk; batch, partition and bucket sizes change nothing.
 
 `.ci/run` starts a Ray head on 127.0.0.1 with 2 CPUs and exports
-MINDCORPUS_RAY_ADDRESS; without it the test starts a private local Ray.
+MINDCORPUS_RAY_ADDRESS; the test adds a second node (a worker `ray start`
+on 127.0.0.1) to it, or starts a head and a worker of its own without it.
 """
 
 import io
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -48,7 +55,8 @@ def small(tmp_path_factory):
             "ingest": {"partition_max_docs": 60},
             "perplexity": {"reference_source": "reference"},
             "tokenize": {"vocab_size": 1000},
-            "output": {"seq_length": 128},
+            # ~32 samples per shard: several shards, so both Ray nodes write some
+            "output": {"seq_length": 128, "max_shard_bytes": 32 * 129 * 4},
         }
         path = root / f"{name}.yaml"
         path.write_text(yaml.safe_dump(cfg))
@@ -64,16 +72,75 @@ def _corpus_files(result) -> dict:
     return {"shards": [s["sha256"] for s in m["shards"]], "files": files, "inputs": m["inputs"]}
 
 
-def test_ray_build_equals_local_build(small):
+def test_batch_and_partition_sizes_do_not_change_the_corpus(small):
+    """Stages called on 1 KiB batches, 4 KiB partitions and tiny assembly
+    buckets give the same shards and files as the defaults."""
+    path = small["config"]("batched", str(small["data"]), {"num_workers": 2, "batch_bytes": 1024})
+    cfg = yaml.safe_load(path.read_text())
+    cfg["ingest"] = {"partition_bytes": 4096}
+    cfg["output"].update(order_bucket_tokens=3000, shuffle_bucket_samples=8)
+    path.write_text(yaml.safe_dump(cfg))
+    result = build("batched", path, small["root"] / "corpora", log=lambda m: None)
+    assert result.manifest["ingest"]["partitions"] > small["local"].manifest["ingest"]["partitions"]
+    assert result.manifest["layout"]["order_buckets"] > 1
+    assert _corpus_files(result) == _corpus_files(small["local"])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A Ray cluster of two nodes on 127.0.0.1: the CI head (or a head of our
+    own) plus one worker node, each a `ray start --block` process that a
+    SIGTERM stops with everything it started."""
     ray = pytest.importorskip("ray")
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    common = ["--block", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats"]
+    procs = []
     address = os.environ.get("MINDCORPUS_RAY_ADDRESS")
-    executor = {"kind": "ray", "address": address}
+    if not address:
+        port = _free_port()
+        address = f"127.0.0.1:{port}"
+        procs.append(subprocess.Popen([ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=false",
+                                       *common], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(5)
+    procs.append(subprocess.Popen([ray_bin, "start", f"--address={address}", *common], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
-        result = build("ray", small["config"]("ray", str(small["data"]), executor), small["root"] / "corpora",
-                       log=lambda m: None)
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        deadline = time.monotonic() + 60
+        while sum(n["Alive"] for n in ray.nodes()) < 2:
+            assert time.monotonic() < deadline, "the second Ray node did not join in 60 s"
+            time.sleep(1)
+        yield address
     finally:
         ray.shutdown()
-    assert result.manifest["run"]["executor"] == "ray"
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_ray_build_on_two_nodes_equals_local_build(small, ray_cluster):
+    import ray
+
+    executor = {"kind": "ray", "address": ray_cluster}
+    result = build("ray", small["config"]("ray", str(small["data"]), executor), small["root"] / "corpora",
+                   log=lambda m: None)
+    run = result.manifest["run"]
+    assert run["executor"] == "ray"
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(alive) >= 2
+    # tasks, shard writers included, ran on both nodes
+    assert len(set(run["task_nodes"]) & alive) >= 2, run["task_nodes"]
+    assert len(set(run["shard_nodes"]) & alive) >= 2 and sum(run["shard_nodes"].values()) >= 4, run["shard_nodes"]
     a, b = without_run_facts(small["local"].manifest), without_run_facts(result.manifest)
     assert [s["sha256"] for s in a["shards"]] == [s["sha256"] for s in b["shards"]]
     for m in (a, b):

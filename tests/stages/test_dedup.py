@@ -70,7 +70,14 @@ def _run(tmp_path: Path, partitions: list[list[dict]], **config) -> tuple[dict, 
     stage = DedupStage(Config(**config), ctx)
     facts = stage.fit(Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items]))
     worker = DedupStage(Config(**config), ctx)  # process() runs in a fresh instance
-    outputs = [worker.process(pq.read_table(p).filter(pa.compute.field("keep"))) for p in paths]
+    outputs = []
+    for p in paths:
+        table = pq.read_table(p).filter(pa.compute.field("keep"))
+        worker.partition = p.name  # as the executor does: only this partition's decisions are read
+        outputs.append(worker.process(table))
+    worker.partition = None  # outside a build: every partition's decisions are searched
+    assert pa.concat_tables([worker.process(pq.read_table(p).filter(pa.compute.field("keep")))
+                             for p in paths]).equals(pa.concat_tables(outputs))
     return facts, pa.concat_tables(outputs)
 
 
@@ -224,11 +231,13 @@ def test_chain_same_keeper_in_any_input_order(tmp_path, keep, keeper):
     assert outcomes == {(frozenset({keeper, "z0", "z1", "z2", "z3", "z4"}), (keeper,) * 3)}
 
 
-def test_removed_parquet_records_keeper_similarity_reason(tmp_path):
+def test_removed_records_keeper_similarity_reason_per_partition(tmp_path):
     _run(tmp_path, [[{"id": "a", "text": "cat", "lang": "en"},
                      {"id": "b", "text": "cat", "lang": "en"},
                      {"id": "c", "text": "dog", "lang": "en"}]])
-    removed = pq.read_table(tmp_path / "work" / "removed.parquet").to_pylist()
+    files = sorted((tmp_path / "work" / "removed").glob("*.parquet"))
+    assert [f.name for f in files] == ["part-00000.parquet"]  # only partitions with cluster members
+    removed = pq.read_table(files[0]).to_pylist()
     assert removed == [{"id": "a", "keeper": "a", "similarity": None, "reason": None},
                        {"id": "b", "keeper": "a", "similarity": 1.0, "reason": "dedup.exact_duplicate"}]
 
@@ -401,7 +410,9 @@ def test_many_spill_groups_give_the_same_result(tmp_path, monkeypatch):
     facts_many, out_many = _run(tmp_path / "many", _mixed_rows(), **config)
     assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1}
     assert facts_many["spill_groups"]["bands"] == 15 * 16 // 40 and facts_many["spill_groups"]["exact"] == 5
-    assert (tmp_path / "one/work/removed.parquet").read_bytes() == (tmp_path / "many/work/removed.parquet").read_bytes()
+    one, many = (sorted((tmp_path / f"{k}/work/removed").glob("*.parquet")) for k in ("one", "many"))
+    assert [f.name for f in one] == [f.name for f in many] and one
+    assert [f.read_bytes() for f in one] == [f.read_bytes() for f in many]
     assert out_one.drop_columns(["file"]).equals(out_many.drop_columns(["file"]))
     drop = {k: v for k, v in facts_one.items() if k != "spill_groups"}
     assert drop == {k: v for k, v in facts_many.items() if k != "spill_groups"}

@@ -327,3 +327,18 @@ def test_every_line_break_splits_lines():
     expected = ["hello", "world foo", "bar"]
     for sep in ("\n", "\r\n", "\r", "\u2028", "\u2029", "\x85"):
         assert ppl.normalized_lines(f"Hello{sep}World foo{sep}{sep}bar") == expected, repr(sep)
+
+
+def test_max_reference_chars_draws_a_seeded_subset(tmp_path):
+    """A cap below the available reference text trains on a hash-drawn subset
+    of documents (about cap / available of them), the same one on a re-run."""
+    for name in ("full", "capped", "again"):
+        (tmp_path / name).mkdir()
+    _, full = _fit(tmp_path / "full")
+    available = full["languages"]["en"]["reference_chars"]
+    _, capped = _fit(tmp_path / "capped", max_reference_chars=available // 2)
+    _, again = _fit(tmp_path / "again", max_reference_chars=available // 2)
+    en = capped["languages"]["en"]
+    assert 0 < en["reference_docs"] < full["languages"]["en"]["reference_docs"] == 10
+    assert en["reference_chars"] < available
+    assert en["model_sha256"] == again["languages"]["en"]["model_sha256"]
