@@ -49,7 +49,8 @@ def bench_config(corpus: Path | None, seq_length: int) -> dict:
         "seed": 1234,
         "sources": sources,
         "executor": {"num_workers": 1},
-        "ingest": {"partition_max_docs": 2000},
+        # ~2 MB partitions: the stage rates of one worker over many partitions
+        "ingest": {"partition_bytes": 2 * 1024 * 1024},
         "langid": default["langid"],
         "perplexity": default["perplexity"],
         "tokenize": default["tokenize"],
@@ -85,7 +86,8 @@ def bench_loader(vdir: Path, manifest: dict, workers: int, global_batch: int = 8
     n = 0
     t0 = time.perf_counter()
     last = t0
-    for (batch,) in ds.create_tuple_iterator(output_numpy=True):
+    for columns in ds.create_tuple_iterator(output_numpy=True):
+        batch = columns[0]  # input_ids; actual_seq_len follows
         now = time.perf_counter()
         lat.append(now - last)
         last = now

@@ -97,22 +97,26 @@ def peak_rss_mb() -> float:
 
 
 class PhaseTimer:
-    """Wraps the phase functions of stages.dedup_phases with CPU timers."""
+    """Wraps the phase functions of stages.dedup_phases and
+    stages.dedup_cluster with CPU timers."""
 
-    NAMES = ("document_keys", "check_unique_ids", "exact_duplicates", "partition_signatures",
-             "near_duplicate_edges", "near_clusters", "removed_table", "partition_lines", "duplicate_lines")
+    NAMES = {"dedup_phases": ("document_keys", "check_unique_ids", "partition_signatures", "band_group_edges",
+                              "distinct_candidates", "partition_lines", "duplicate_lines"),
+             "dedup_cluster": ("exact_group", "connected_components", "component_members", "component_keepers",
+                               "final_records", "partition_removed")}
 
     def __init__(self):
-        from stages import dedup_phases
+        import importlib
 
-        self.module = dedup_phases
         self.seconds: Counter = Counter()
         self.peak_after: dict[str, float] = {}  # VmHWM (MB) when the phase last returned
-        self.saved = {}
-        for name in self.NAMES:
-            fn = getattr(dedup_phases, name)
-            self.saved[name] = fn
-            setattr(dedup_phases, name, self._wrap(name, fn))
+        self.saved = []
+        for module_name, names in self.NAMES.items():
+            module = importlib.import_module(f"stages.{module_name}")
+            for name in names:
+                fn = getattr(module, name)
+                self.saved.append((module, name, fn))
+                setattr(module, name, self._wrap(name, fn))
 
     def _wrap(self, name, fn):
         def timed(*args, **kwargs):
@@ -125,8 +129,8 @@ class PhaseTimer:
         return timed
 
     def restore(self):
-        for name, fn in self.saved.items():
-            setattr(self.module, name, fn)
+        for module, name, fn in self.saved:
+            setattr(module, name, fn)
 
 
 def run_dedup(paths: list[Path], work: Path, keep_outputs: bool = True, **config) -> tuple[dict, pa.Table, dict]:
@@ -148,6 +152,7 @@ def run_dedup(paths: list[Path], work: Path, keep_outputs: bool = True, **config
         t0 = time.process_time()
         outs = []
         for p in paths:
+            worker.partition = Path(p).name  # as the executor does
             out = worker.process(pq.read_table(p).filter(pc.field("keep")))
             outs.append(out.select(["id", "source", "chars", "keep", "reason", "dedup_cluster",
                                     "dedup_similarity", "dedup_chars_removed"]) if keep_outputs
@@ -434,9 +439,9 @@ def run(out_dir: Path, sizes: tuple[int, ...] = (100_000, 1_000_000), corpus: Pa
                               "peak RSS after generation MB", "peak RSS after fit MB", "peak RSS MB"],
                              [[f"{r['documents']:,}", f"{r['chars'] / 1e6:.0f}", f"{r['signatures_per_s']:,}",
                                r["mchars_per_s_signatures"],
-                               f"{r['cpu_seconds']['document_keys'] + r['cpu_seconds']['check_unique_ids'] + r['cpu_seconds']['exact_duplicates']:.1f}",
-                               f"{r['cpu_seconds']['near_duplicate_edges']:.1f}",
-                               f"{r['cpu_seconds']['near_clusters'] + r['cpu_seconds']['removed_table']:.1f}",
+                               f"{sum(r['cpu_seconds'].get(k, 0) for k in ('document_keys', 'check_unique_ids', 'exact_group')):.1f}",
+                               f"{sum(r['cpu_seconds'].get(k, 0) for k in ('band_group_edges', 'distinct_candidates')):.1f}",
+                               f"{sum(r['cpu_seconds'].get(k, 0) for k in ('connected_components', 'component_keepers', 'final_records', 'partition_removed')):.1f}",
                                f"{r['cpu_seconds']['fit']:.1f}",
                                "/".join(str(r["facts"]["spill_groups"][k]) for k in ("ids", "exact", "bands")),
                                r["rss_after_generation_mb"], r["peak_rss_after_fit_mb"], r["peak_rss_mb"]]

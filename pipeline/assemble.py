@@ -537,16 +537,25 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         {lineage part: sha256}, "tokens_by_source": {source: tokens},
         "segments": rows, "node": ...}``.
     """
-    from pipeline.writer import COLUMN, shard_name, validate_samples, write_one_shard
+    from pipeline.writer import COLUMN, ShardWriter, shard_name, validate_samples
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
         return done
     s, first, stop = task["shard"], task["first"], task["stop"]
     seq_length, width = task["seq_length"], task["width"]
+    window = seq_length + 1
     sample_files = [Path(p) for p in task["sample_files"]]
     segment_files = [Path(p) for p in task["segment_files"]]
-    token_rows, end_rows, segment_tables = [], [], []
+    tmp = Path(task["tmp"])
+    name = shard_name("corpus", s)
+    path = tmp / name
+    for stale in (path, Path(f"{path}.db")):
+        stale.unlink(missing_ok=True)  # a write cut short by a crash
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One shuffle range at a time: the shard is never in memory as a whole.
+    writer = ShardWriter(path, {COLUMN: window, "actual_seq_len": width}, task["page"], task["header"])
+    segment_tables = []
     for bucket, start, count in task["buckets"]:
         samples = read_bucket(sample_files, bucket)
         if samples.num_rows != count:
@@ -556,10 +565,12 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         positions = start + np.arange(count, dtype=np.int64)
         inside = (positions >= first) & (positions < stop)
         picked = pa.array(order[inside])
-        window = seq_length + 1
         tokens = samples["tokens"].combine_chunks().take(picked)
-        token_rows.append(tokens.flatten().to_numpy(zero_copy_only=False).reshape(-1, window).astype(np.int32))
-        end_rows.append(_pad_ends(samples["ends"].combine_chunks().take(picked), width, seq_length))
+        rows = tokens.flatten().to_numpy(zero_copy_only=False).reshape(-1, window).astype(np.int32)
+        ends = _pad_ends(samples["ends"].combine_chunks().take(picked), width, seq_length)
+        del samples, tokens
+        writer.write({COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)})
+        del rows, ends
         segs = read_bucket(segment_files, bucket)
         if segs.num_rows:
             where = np.searchsorted(keys, segs["key"].to_numpy())
@@ -568,21 +579,11 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
             segs = segs.filter(pa.array(keep)).drop_columns(["key"])
             segs = segs.add_column(0, "sample_index", pa.array(seg_pos[keep], pa.int64()))
             segment_tables.append(segs)
-    rows = np.concatenate(token_rows) if token_rows else np.zeros((0, seq_length + 1), np.int32)
-    ends = np.concatenate(end_rows) if end_rows else np.zeros((0, width), np.int32)
-    if rows.shape[0] != stop - first:
-        raise BuildError(f"shard {s}: {rows.shape[0]} samples for positions {first}..{stop - 1}")
-
-    tmp = Path(task["tmp"])
-    name = shard_name("corpus", s)
-    path = tmp / name
-    for stale in (path, Path(f"{path}.db")):
-        stale.unlink(missing_ok=True)  # a write cut short by a crash
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_one_shard(path, {COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)},
-                    task["page"], task["header"])
+    if writer.rows != stop - first:
+        raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
+    writer.close()
     shard = {"name": name, "sha256": _sha256(path), "db_sha256": _sha256(Path(f"{path}.db")),
-             "rows": int(rows.shape[0]), "bytes": path.stat().st_size}
+             "rows": int(stop - first), "bytes": path.stat().st_size}
 
     from pipeline.executor import current_node
 

@@ -138,40 +138,76 @@ def validate_samples(samples: Any, min_width: int = 2) -> np.ndarray:
     return np.ascontiguousarray(samples)
 
 
+class ShardWriter:
+    """One MindRecord file + ``.db`` written in row chunks, so a shard of any
+    size is written with the memory of one chunk.
+
+    Args:
+        path: the data file (must not exist).
+        widths: column name -> row width (int32 columns of fixed shape),
+            ``input_ids`` first.
+        page, header: MindRecord page and header sizes (bytes), the same for
+            every shard of a version (:func:`page_and_header_size`).
+    """
+
+    def __init__(self, path: Path, widths: dict[str, int], page: int, header: int):
+        from mindspore.mindrecord import FileWriter
+
+        self.path = Path(path)
+        self.names = list(widths)
+        self.rows = 0
+        self._writer = FileWriter(str(path), shard_num=1, overwrite=False)
+        self._writer.add_schema({name: {"type": "int32", "shape": [widths[name]]} for name in self.names},
+                                SCHEMA_DESC)
+        self._writer.set_header_size(header)
+        self._writer.set_page_size(page)
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        """Append rows: ``columns`` name -> validated int32[n, width], same n."""
+        n = columns[COLUMN].shape[0]
+        for start in range(0, n, _WRITE_CHUNK_ROWS):
+            stop = start + _WRITE_CHUNK_ROWS
+            chunk = {name: columns[name][start:stop] for name in self.names}
+            self._writer.write_raw_data([{name: chunk[name][i] for name in self.names}
+                                         for i in range(len(chunk[COLUMN]))])
+        self.rows += n
+
+    def close(self) -> int:
+        """Commit, check that the file holds every row written, and give both
+        files the process umask's permissions. Returns the rows.
+
+        Raises:
+            RuntimeError: MindSpore committed a different number of rows.
+        """
+        from mindspore.mindrecord import FileReader
+
+        self._writer.commit()
+        reader = FileReader(str(self.path))
+        try:
+            written = reader.len()
+        finally:
+            reader.close()
+        if written != self.rows:
+            raise RuntimeError(
+                f"{self.path}: MindRecord holds {written} rows after commit, expected {self.rows}"
+                " (FileWriter dropped rows; see its WARNING lines)"
+            )
+        # FileWriter creates both files with mode 0600; a corpus is shared between
+        # users like every other file of the version: apply the process umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        for file in (self.path, Path(f"{self.path}.db")):
+            os.chmod(file, 0o666 & ~umask)
+        return written
+
+
 def write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, header: int) -> None:
     """Write ``columns`` (name -> int32[n, width], validated, same n) to one
     MindRecord file + ``.db`` with the given page and header sizes (bytes), then
     check that the committed file holds exactly ``n`` rows."""
-    from mindspore.mindrecord import FileReader, FileWriter
-
-    rows = columns[COLUMN]
-    names = list(columns)
-    writer = FileWriter(str(path), shard_num=1, overwrite=False)
-    writer.add_schema({name: {"type": "int32", "shape": [columns[name].shape[1]]} for name in names},
-                      SCHEMA_DESC)
-    writer.set_header_size(header)
-    writer.set_page_size(page)
-    for start in range(0, rows.shape[0], _WRITE_CHUNK_ROWS):
-        stop = start + _WRITE_CHUNK_ROWS
-        chunk = {name: columns[name][start:stop] for name in names}
-        writer.write_raw_data([{name: chunk[name][i] for name in names} for i in range(len(chunk[COLUMN]))])
-    writer.commit()
-    reader = FileReader(str(path))
-    try:
-        written = reader.len()
-    finally:
-        reader.close()
-    if written != rows.shape[0]:
-        raise RuntimeError(
-            f"{path}: MindRecord holds {written} rows after commit, expected {rows.shape[0]}"
-            " (FileWriter dropped rows; see its WARNING lines)"
-        )
-    # FileWriter creates both files with mode 0600; a corpus is shared between
-    # users like every other file of the version: apply the process umask.
-    umask = os.umask(0)
-    os.umask(umask)
-    for file in (path, Path(f"{path}.db")):
-        os.chmod(file, 0o666 & ~umask)
+    writer = ShardWriter(path, {name: values.shape[1] for name, values in columns.items()}, page, header)
+    writer.write(columns)
+    writer.close()
 
 
 def write_shards(

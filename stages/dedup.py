@@ -1,30 +1,34 @@
 """Deduplication: exact duplicates, MinHash-LSH near-duplicates and
 (optionally) CCNet-style duplicate lines, global across every partition and
-source, with driver memory that does not grow with the corpus.
+source. Every step runs as executor tasks over spill files; the driver holds
+counts, never documents or duplicates.
 
-Phases (:meth:`DedupStage.fit` only wires them; the heavy work is in
-:mod:`stages.dedup_phases`, the pure hashing in :mod:`stages.dedup_minhash`):
+Phases (:meth:`DedupStage.fit` only wires them; the per-partition work and the
+LSH steps are in :mod:`stages.dedup_phases`, the clustering steps in
+:mod:`stages.dedup_cluster`, the pure hashing in :mod:`stages.dedup_minhash`):
 
-1. ``document_keys`` (workers): ids and blake2b-128 digests of the
-   exact-normalized text, spilled to disk by hash; the driver checks id
-   uniqueness and forms exact groups one spill group at a time
-   (``check_unique_ids``, ``exact_duplicates``).
-2. ``partition_signatures`` (workers): MinHash signatures of the exact
+1. ``document_keys`` (per partition): ids, blake2b-128 digests of the
+   exact-normalized text and every document's keeper key, spilled by hash;
+   ``repeated_id`` checks id uniqueness per id group; ``exact_group`` forms
+   the exact groups per digest group.
+2. ``partition_signatures`` (per partition): MinHash signatures of the exact
    survivors (stored per partition as ``.npy``) and the LSH band records
-   ``(band, bucket key, document)`` spilled by bucket key; the driver groups
-   one spill group at a time, pairs bucket members and verifies each pair on
-   the full signatures (``near_duplicate_edges``).
-3. ``near_clusters``: connected components of the verified edges (scipy),
-   one keeper per cluster by an order-independent rule; ``removed_table``
-   folds the exact groups in.
+   ``(band, bucket key, document)`` spilled by bucket key;
+   ``band_group_edges`` (per band group) pairs bucket members and verifies
+   each pair on the full signatures.
+3. ``connected_components`` (large-star / small-star steps per node group),
+   ``component_members`` and ``component_keepers``: one keeper per cluster by
+   an order-independent rule; ``final_records`` folds the exact groups in;
+   ``partition_removed`` writes each partition's cluster members.
 4. ``partition_lines`` / ``duplicate_lines`` (when ``line_dedup``): hashes of
    normalized lines of the survivors, spilled by hash; each line's owner is
    the best-keyed document holding it, the other occurrences are removed.
 
 ``fit`` writes ``work_dir/removed/<partition>`` (``id, keeper, similarity,
-reason`` of that partition's cluster members, sorted by id) and ``work_dir/lines/`` (``id, line``), and deletes
-its spill and signature files. :meth:`DedupStage.process` joins them back
-onto each partition and, for line dedup, replaces ``text`` and ``chars``.
+reason`` of that partition's cluster members, sorted by id) and
+``work_dir/lines/<partition>`` (``id, line``), and deletes its spill and
+signature files. :meth:`DedupStage.process` joins a partition's own files
+back onto it and, for line dedup, replaces ``text`` and ``chars``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pydantic
 
+from common.spill import forget
 from stages import dedup_phases as phases
 from stages.base import Partitions, Stage, StageConfig, with_decision
 from stages.dedup_minhash import (  # noqa: F401
@@ -208,60 +213,102 @@ class DedupStage(Stage):
             ValueError: when a document id occurs twice, or ``keep:
                 lowest_perplexity`` without perplexity values.
         """
+        from stages import dedup_cluster as cl
+
         config: Config = self.config
         cfg = config.model_dump()
         cfg["line_skip_languages"] = list(cfg["line_skip_languages"])
         work_dir = Path(self.ctx.work_dir)
         spill, signature_dir = work_dir / "spill", work_dir / "signatures"
-        for stale in (spill, signature_dir, work_dir / LINES_DIR):
+        for stale in (spill, signature_dir, work_dir / LINES_DIR, work_dir / REMOVED_DIR):
             shutil.rmtree(stale, ignore_errors=True)
         paths = list(partitions.paths)
+        names = [p.name for p in paths]
+        run = partitions.map
         upper = sum(p.num_rows() for p in paths)  # rows incl. not kept
         groups = {"ids": phases.spill_groups(upper, phases.ID_RECORDS_PER_GROUP),
                   "exact": phases.spill_groups(upper, phases.EXACT_RECORDS_PER_GROUP),
-                  "bands": phases.spill_groups(upper * config.num_bands, phases.BAND_RECORDS_PER_GROUP)}
+                  "bands": phases.spill_groups(upper * config.num_bands, phases.BAND_RECORDS_PER_GROUP),
+                  "nodes": phases.spill_groups(upper, phases.NODE_RECORDS_PER_GROUP)}
         base = {"cfg": cfg, "spill": str(spill)}
-        keys = partitions.map(phases.document_keys, [
-            {**base, "path": p, "partition": i, "id_groups": groups["ids"], "exact_groups": groups["exact"]}
-            for i, p in enumerate(paths)])
-        phases.check_unique_ids(spill, groups["ids"])
-        exact = phases.exact_duplicates(spill, groups["exact"])
-        skip = self._skip_rows(len(paths), exact["g"])
+        keys = run(phases.document_keys, [
+            {**base, "path": p, "partition": i, "id_groups": groups["ids"], "exact_groups": groups["exact"],
+             "node_groups": groups["nodes"]} for i, p in enumerate(paths)])
+        phases.check_unique_ids(spill, groups["ids"], run)
 
-        near = phases.near_clusters(np.empty((0, 2), np.int64), paths, signature_dir, cfg)
-        candidates, n_edges, signed, empty = 0, 0, 0, 0
+        # exact groups: members by keeper node group, duplicates to skip by partition
+        exact_files = [str(f) for f in phases.spill_files(spill / "exact")]
+        exact_out = spill / "exact_groups"
+        exact = run(cl.exact_group, [{"files": exact_files, "group": k, "node_groups": groups["nodes"],
+                                      "out": str(exact_out)} for k in range(groups["exact"] if cfg["exact"] else 0)])
+        n_exact = sum(e["duplicates"] for e in exact)
+        kinds = {kind: [str(f) for f in phases.spill_files(exact_out / kind)] for kind in ("skip", "members", "counts")}
+
+        candidates = n_edges = signed = empty = 0
+        near_files: list[str] = []
+        components = members = 0
+        sizes: dict[int, int] = {}
         if config.near:
-            signs = partitions.map(phases.partition_signatures, [
-                {**base, "path": p, "partition": i, "band_groups": groups["bands"], "skip": skip[i],
+            signs = run(phases.partition_signatures, [
+                {**base, "path": p, "partition": i, "band_groups": groups["bands"], "skip_files": kinds["skip"],
                  "signatures": str(signature_dir)} for i, p in enumerate(paths)])
             signed, empty = sum(s["signed"] for s in signs), sum(s["empty"] for s in signs)
-            edges, _, candidates = phases.near_duplicate_edges(spill, groups["bands"], signature_dir, cfg,
-                                                               mapper=partitions.map, paths=paths)
-            n_edges = len(edges)
-            near = phases.near_clusters(edges, paths, signature_dir, cfg)
-        removed = phases.removed_table(exact, near)
-        self._write_removed(removed, [p.name for p in paths])
+            found = run(phases.band_group_edges, [
+                {**base, "group": k, "signatures": str(signature_dir), "paths": paths,
+                 "node_groups": groups["nodes"], "candidate_groups": groups["bands"]}
+                for k in range(groups["bands"])])
+            if sum(f["candidates"] for f in found):
+                candidates = sum(run(phases.distinct_candidates, [{"spill": str(spill), "group": k}
+                                                                  for k in range(groups["bands"])]))
+            if sum(f["edges"] for f in found):
+                labels, n_edges = cl.connected_components(phases.spill_files(spill / "edges"), spill / "components",
+                                                          groups["nodes"], run)
+                node_files = [str(f) for f in phases.spill_files(spill / "nodes")]
+                run(cl.component_members, [
+                    {"labels": [str(f) for f in labels], "nodes": node_files, "counts": kinds["counts"],
+                     "group": j, "groups": groups["nodes"],
+                     "out": str(spill / "members" / f"group-{j:05d}.parquet")} for j in range(groups["nodes"])])
+                member_files = [str(f) for f in phases.spill_files(spill / "members")]
+                kept = run(cl.component_keepers, [
+                    {"files": member_files, "group": j, "groups": groups["nodes"], "signatures": str(signature_dir),
+                     "num_perm": config.num_perm, "out": str(spill / "near" / f"group-{j:05d}.parquet")}
+                    for j in range(groups["nodes"])])
+                components = sum(k["components"] for k in kept)
+                members = sum(k["members"] for k in kept)
+                for k in kept:
+                    for size, count in k["sizes"].items():
+                        sizes[int(size)] = sizes.get(int(size), 0) + count
+                near_files = [str(f) for f in phases.spill_files(spill / "near")]
+
+        # every cluster member's final row, by partition, then one file per partition
+        final = run(cl.final_records, [
+            {"near": near_files, "exact": kinds["members"], "group": j,
+             "out": str(spill / "final" / f"group-{j:05d}.parquet")} for j in range(groups["nodes"])])
+        for f in final:
+            for size, count in f["sizes"].items():
+                sizes[int(size)] = sizes.get(int(size), 0) + count
+        final_files = [str(f) for f in phases.spill_files(spill / "final")]
+        run(cl.partition_removed, [{"files": final_files, "partition": i,
+                                    "out": str(work_dir / REMOVED_DIR / name)} for i, name in enumerate(names)])
+        (work_dir / REMOVED_DIR).mkdir(parents=True, exist_ok=True)
+        (work_dir / REMOVED_DIR / "_DONE").write_text(str(len(names)))
 
         lines = {"lines_considered": 0, "lines_removed": 0}
         if config.line_dedup:
-            gone = np.concatenate([exact["g"].to_numpy(),
-                                   near["g"].to_numpy()[near["similarity"].is_valid().to_numpy(
-                                       zero_copy_only=False)]])
-            skip = self._skip_rows(len(paths), gone)
             groups["lines"] = phases.spill_groups(sum(k["lines"] for k in keys), phases.LINE_RECORDS_PER_GROUP)
-            spilled = partitions.map(phases.partition_lines, [
-                {**base, "path": p, "partition": i, "line_groups": groups["lines"], "skip": skip[i]}
+            spilled = run(phases.partition_lines, [
+                {**base, "path": p, "partition": i, "line_groups": groups["lines"], "skip_files": final_files}
                 for i, p in enumerate(paths)])
             lines["lines_considered"] = sum(s["lines"] for s in spilled)
-            lines["lines_removed"] = phases.duplicate_lines(spill, groups["lines"],
-                                                            work_dir / LINES_DIR)["lines_removed"]
+            lines["lines_removed"] = sum(run(phases.duplicate_lines, [
+                {"spill": str(spill), "group": k} for k in range(groups["lines"])]))
+            run(phases.partition_line_removals, [{"spill": str(spill), "partition": i,
+                                                  "out": str(work_dir / LINES_DIR / name)}
+                                                 for i, name in enumerate(names)])
+        forget()
         shutil.rmtree(spill, ignore_errors=True)
         shutil.rmtree(signature_dir, ignore_errors=True)
 
-        reasons = removed["reason"]
-        sizes = removed.group_by("keeper").aggregate([("id", "count")])["id_count"]
-        size_hist = {str(k): int(v) for k, v in sorted(
-            ((r["values"], r["counts"]) for r in sizes.value_counts().to_pylist()), key=lambda kv: kv[0])}
         return {
             "exact_hash": EXACT_HASH_NAME, "shingle_hash": SHINGLE_HASH_NAME, "band_hash": BAND_HASH_NAME,
             "line_hash": LINE_HASH_NAME,
@@ -276,39 +323,14 @@ class DedupStage(Stage):
                 config.jaccard_threshold, config.num_bands, config.rows_per_band), 4),
             "spill_groups": groups,
             "documents": sum(k["documents"] for k in keys),
-            "exact_duplicates": pc.sum(pc.equal(reasons, REASON_EXACT)).as_py() or 0,
-            "near_duplicates": pc.sum(pc.equal(reasons, REASON_NEAR)).as_py() or 0,
-            "clusters": reasons.null_count,  # one keeper row per cluster
-            "cluster_sizes": size_hist,  # documents per cluster (keeper included) -> clusters
+            "exact_duplicates": n_exact,
+            "near_duplicates": members - components,
+            "clusters": sum(sizes.values()),  # one keeper per cluster
+            "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},  # documents per cluster -> clusters
             "candidate_pairs": candidates, "verified_edges": n_edges,
             "signed_documents": signed, "empty_after_normalization": empty,
             **lines,
         }
-
-    def _write_removed(self, removed: pa.Table, names: list[str]) -> None:
-        """``work_dir/removed/<partition name>``: each partition's cluster
-        members (``id, keeper, similarity, reason``, sorted by id), so that
-        ``process`` reads only its own rows (a lookup against one table of
-        every duplicate would read it once per partition)."""
-        out = Path(self.ctx.work_dir) / REMOVED_DIR
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir(parents=True, exist_ok=True)
-        part = (removed["g"].to_numpy() >> np.int64(phases.HANDLE_SHIFT)) if removed.num_rows else np.zeros(0)
-        table = removed.drop_columns(["g"])
-        for p in np.unique(part):
-            rows = table.filter(pa.array(part == p)).sort_by("id")
-            tmp = out / f".{names[int(p)]}.{os.getpid()}.tmp"
-            pq.write_table(rows, tmp)
-            os.replace(tmp, out / names[int(p)])
-        (out / "_DONE").write_text(str(len(names)))
-
-    @staticmethod
-    def _skip_rows(num_partitions: int, handles: pa.Array | np.ndarray) -> list[np.ndarray]:
-        """Per partition, the sorted kept-row positions of ``handles``."""
-        handles = np.asarray(handles, np.int64)
-        parts = handles >> np.int64(phases.HANDLE_SHIFT)
-        rows = handles & np.int64((1 << phases.HANDLE_SHIFT) - 1)
-        return [np.sort(rows[parts == p]) for p in range(num_partitions)]
 
     def _read_by_id(self, path: Path, ids: pa.ChunkedArray | pa.Array) -> pa.Table:
         """Rows of a Parquet file or directory (sorted by id) whose id is in
@@ -359,10 +381,14 @@ class DedupStage(Stage):
         lines_dir = work_dir / LINES_DIR
         if config.line_dedup:
             n_lines, n_chars = [None if r else 0 for r in reasons], [None if r else 0 for r in reasons]
-            files = sorted(lines_dir.glob("lines-*.parquet")) if lines_dir.exists() else []
+            if self.partition:
+                own_lines = lines_dir / self.partition
+                files = [own_lines] if own_lines.exists() else []
+            else:
+                files = sorted(lines_dir.glob("*.parquet")) if lines_dir.exists() else []
             if files and n:
-                found = self._read_by_id(lines_dir, table["id"]).sort_by([("id", "ascending"),
-                                                                           ("line", "ascending")])
+                found = (pq.read_table(files[0]) if self.partition else self._read_by_id(lines_dir, table["id"]))
+                found = found.sort_by([("id", "ascending"), ("line", "ascending")])
                 by_id: dict[str, list[int]] = {}
                 for doc_id, line in zip(found["id"].to_pylist(), found["line"].to_pylist()):
                     by_id.setdefault(doc_id, []).append(line)

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.spill import read_bucket, write_buckets
 from stages import dedup_minhash as mh
 from stages.base import read_kept, view_columns
 
@@ -51,6 +52,9 @@ ID_RECORDS_PER_GROUP = 500_000
 EXACT_RECORDS_PER_GROUP = 250_000
 BAND_RECORDS_PER_GROUP = 1_000_000
 LINE_RECORDS_PER_GROUP = 250_000
+# Node records (handle, keeper key, id: ~60 bytes) per group of the clustering
+# steps; edges of a group are fewer than its documents' duplicates.
+NODE_RECORDS_PER_GROUP = 500_000
 MAX_SPILL_GROUPS = 4096
 # Buckets up to this many documents give all k(k-1)/2 candidate pairs; a larger
 # bucket gives each member paired with the bucket's first member and with its
@@ -79,26 +83,24 @@ def _write_atomic(table: pa.Table, path: Path) -> None:
 def write_spill(table: pa.Table, keys: np.ndarray, num_groups: int, directory: Path,
                 partition: int) -> None:
     """Write ``table``'s rows to their groups: row i goes to group
-    ``keys[i] % num_groups`` (keys uint64[n]), file
-    ``directory/group-KKKKK/part-PPPPP.parquet``. Groups without rows get no file."""
-    if table.num_rows == 0:
-        return
+    ``keys[i] % num_groups`` (keys uint64[n]), in one file per map task,
+    ``directory/part-PPPPP.parquet`` (``common.spill``: a row group per group)."""
     group = (np.asarray(keys, np.uint64) % np.uint64(num_groups)).astype(np.int64)
-    order = np.argsort(group, kind="stable")
-    sorted_groups = group[order]
-    bounds = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        part = table.take(pa.array(order[lo:hi]))
-        _write_atomic(part, directory / f"group-{sorted_groups[lo]:05d}" / f"part-{partition:05d}.parquet")
+    write_buckets(table, group, Path(directory) / f"part-{partition:05d}.parquet")
+
+
+def spill_files(directory: Path) -> list[Path]:
+    """The map files of one spill, in map (partition) order."""
+    return sorted(Path(directory).glob("*.parquet")) if Path(directory).exists() else []
 
 
 def read_spill(directory: Path, group: int) -> pa.Table | None:
     """All workers' records of one group (files in partition order), or None."""
-    folder = directory / f"group-{group:05d}"
-    files = sorted(folder.glob("part-*.parquet")) if folder.exists() else []
+    files = spill_files(directory)
     if not files:
         return None
-    return pa.concat_tables([pq.read_table(f) for f in files])
+    table = read_bucket(files, group)
+    return table if table.num_rows else None
 
 
 # ----------------------------------------------------------------------------- keeper keys
@@ -161,7 +163,9 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
 
     Args:
         item: ``path``, ``partition`` (int), ``cfg`` (``Config.model_dump()``),
-            ``spill`` (directory), ``id_groups``, ``exact_groups``.
+            ``spill`` (directory), ``id_groups``, ``exact_groups``,
+            ``node_groups`` (the keeper keys of every document go to
+            ``spill/nodes`` by node group, for the clustering steps).
 
     Returns:
         ``{"documents": kept rows, "chars": their characters, "lines": their
@@ -176,13 +180,18 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     id_hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids.to_pylist()),
                             np.uint64, n)
     write_spill(pa.table({"id": ids}), id_hashes, item["id_groups"], spill / "ids", partition)
-    if cfg["exact"] and n:
+    from stages.dedup_cluster import node_group
+
+    k1, k2 = keeper_keys(table, cfg["keep"])
+    g = _handles(partition, np.arange(n))
+    write_buckets(pa.table({"g": pa.array(g, pa.int64()), "k1": k1, "k2": k2, "id": ids}),
+                  node_group(g, item["node_groups"]), spill / "nodes" / f"part-{partition:05d}.parquet")
+    if cfg["exact"]:
         digests = b"".join(hashlib.blake2b(mh.exact_normalize(t or "").encode("utf-8"), digest_size=16).digest()
                            for t in table["text"].to_pylist())
-        d = np.frombuffer(digests, "<u8").reshape(n, 2)
-        k1, k2 = keeper_keys(table, cfg["keep"])
-        records = pa.table({"d0": d[:, 0], "d1": d[:, 1], "k1": k1, "k2": k2, "id": ids,
-                            "g": _handles(partition, np.arange(n))})
+        d = np.frombuffer(digests, "<u8").reshape(n, 2) if n else np.zeros((0, 2), np.uint64)
+        records = pa.table({"d0": pa.array(d[:, 0], pa.uint64()), "d1": pa.array(d[:, 1], pa.uint64()),
+                            "k1": k1, "k2": k2, "id": ids, "g": pa.array(g, pa.int64())})
         write_spill(records, d[:, 0], item["exact_groups"], spill / "exact", partition)
     text = table["text"]
     lines = int(pc.sum(pc.count_substring(text, "\n")).as_py() or 0) + n
@@ -190,19 +199,26 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     return {"documents": n, "chars": chars, "lines": lines}
 
 
-def check_unique_ids(spill: Path, groups: int) -> None:
+def repeated_id(task: dict[str, Any]) -> str | None:
+    """Worker: an id that occurs twice in one id spill group, or None."""
+    table = read_spill(Path(task["spill"]) / "ids", task["group"])
+    if table is None:
+        return None
+    ids = table["id"]
+    if len(pc.unique(ids)) == len(ids):
+        return None
+    ordered = ids.take(pc.sort_indices(ids)).to_pylist()
+    return next(a for a, b in zip(ordered, ordered[1:]) if a == b)
+
+
+def check_unique_ids(spill: Path, groups: int, mapper=None) -> None:
     """Raise ``ValueError("dedup: document id '...' occurs more than once")``
-    when an id was spilled twice (ids of one group are compared sorted)."""
-    for k in range(groups):
-        table = read_spill(spill / "ids", k)
-        if table is None:
-            continue
-        ids = table["id"]
-        if len(pc.unique(ids)) != len(ids):
-            s = pc.sort_indices(ids)
-            ordered = ids.take(s).to_pylist()
-            dup = next(a for a, b in zip(ordered, ordered[1:]) if a == b)
-            raise ValueError(f"dedup: document id {dup!r} occurs more than once")
+    when an id was spilled twice (each group checked by one task)."""
+    tasks = [{"spill": str(spill), "group": k} for k in range(groups)]
+    found = mapper(repeated_id, tasks) if mapper else [repeated_id(t) for t in tasks]
+    dup = next((d for d in found if d is not None), None)
+    if dup is not None:
+        raise ValueError(f"dedup: document id {dup!r} occurs more than once")
 
 
 def _sorted_group_starts(table: pa.Table, group_columns: list[str],
@@ -215,34 +231,6 @@ def _sorted_group_starts(table: pa.Table, group_columns: list[str],
         v = table[c].to_numpy()
         change |= v[1:] != v[:-1]
     return table, np.flatnonzero(np.r_[True, change, True]) if table.num_rows else np.zeros(1, np.int64)
-
-
-def exact_duplicates(spill: Path, groups: int) -> pa.Table:
-    """Driver: exact-duplicate groups, one spill group at a time.
-
-    Returns:
-        Table ``g`` (int64), ``id``, ``keeper_g``, ``keeper_id``: one row per
-        document whose exact digest equals that of a better-keyed document
-        (the group's keeper, smallest ``(k1, k2, id)``); keepers are not rows.
-    """
-    out = []
-    for k in range(groups):
-        table = read_spill(spill / "exact", k)
-        if table is None:
-            continue
-        table, starts = _sorted_group_starts(table, ["d0", "d1"], ["k1", "k2", "id"])
-        sizes = np.diff(starts)
-        first = np.repeat(starts[:-1], sizes)
-        dup = np.flatnonzero(np.arange(table.num_rows) != first)
-        if not len(dup):
-            continue
-        out.append(pa.table({"g": table["g"].take(pa.array(dup)), "id": table["id"].take(pa.array(dup)),
-                             "keeper_g": table["g"].take(pa.array(first[dup])),
-                             "keeper_id": table["id"].take(pa.array(first[dup]))}))
-    if not out:
-        return pa.table({"g": pa.array([], pa.int64()), "id": pa.array([], pa.string()),
-                         "keeper_g": pa.array([], pa.int64()), "keeper_id": pa.array([], pa.string())})
-    return pa.concat_tables(out)
 
 
 # ----------------------------------------------------------------------------- phase 2: signatures, bands
@@ -319,8 +307,9 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
 
     Args:
         item: ``path``, ``partition``, ``cfg``, ``spill``, ``band_groups``,
-            ``skip`` (int64[k] kept-row positions not to sign: exact
-            duplicates), ``signatures`` (directory).
+            ``skip_files`` (the exact steps' ``skip`` spill: handles of the
+            exact duplicates, by partition; they are not signed),
+            ``signatures`` (directory).
 
     Writes:
         ``signatures/part-PPPPP.npy``: uint32[kept rows, num_perm], zero rows
@@ -333,7 +322,7 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
     path, partition, cfg = item["path"], item["partition"], item["cfg"]
     table = read_kept(path, _keep_columns(path, cfg["keep"], []))
     n = table.num_rows
-    rows = np.setdiff1d(np.arange(n), np.asarray(item["skip"], np.int64))
+    rows = np.setdiff1d(np.arange(n), skip_rows(item["skip_files"], partition))
     texts = table["text"].take(pa.array(rows)).to_pylist()
     langs = (table["langid_lang"].take(pa.array(rows)).to_pylist() if "langid_lang" in table.column_names
              else [None] * len(rows))
@@ -354,6 +343,21 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
                         "key": keys.ravel(), "g": np.repeat(_handles(partition, signed), cfg["num_bands"])})
     write_spill(records, keys.ravel(), item["band_groups"], Path(item["spill"]) / "bands", partition)
     return {"signed": m, "empty": len(rows) - m}
+
+
+def skip_rows(files: list[str], partition: int, removed_only: bool = False) -> np.ndarray:
+    """Sorted kept-row positions of one partition's handles in a spill
+    bucketed by partition (column ``g``; with ``removed_only``, rows whose
+    ``reason`` is not null)."""
+    if not files:
+        return np.zeros(0, np.int64)
+    table = read_bucket([Path(f) for f in files], partition,
+                        schema=pa.schema([("g", pa.int64()), ("reason", pa.string())]) if removed_only else
+                        pa.schema([("g", pa.int64())]))
+    if removed_only and table.num_rows:
+        table = table.filter(pc.is_valid(table["reason"]))
+    g = table["g"].to_numpy() if table.num_rows else np.zeros(0, np.int64)
+    return np.sort(g & np.int64((1 << HANDLE_SHIFT) - 1))
 
 
 def load_signatures(directory: Path, handles: np.ndarray, num_perm: int) -> np.ndarray:
@@ -398,7 +402,7 @@ def bucket_pairs(handles: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.unique(pairs, axis=0) if len(pairs) else pairs
 
 
-def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def band_group_edges(task: dict[str, Any]) -> dict[str, int]:
     """Worker: LSH candidates of one band spill group, verified on full signatures.
 
     Sorts the group's band records by (band, key, g); records with equal
@@ -410,11 +414,42 @@ def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.n
 
     Args:
         task: ``spill`` (spill dir), ``group`` (index), ``signatures`` (dir),
-            ``cfg`` (the dedup config as a dict), ``paths`` (the partitions).
+            ``cfg`` (the dedup config as a dict), ``paths`` (the partitions),
+            ``node_groups``, ``candidate_groups``.
+
+    Writes:
+        ``spill/edges/band-KKKKK.parquet``: the verified edges, both
+        directions, by node group (the connected-components input);
+        ``spill/candidates/band-KKKKK.parquet``: the candidate pairs by pair
+        hash (counted once each by :func:`distinct_candidates`).
 
     Returns:
-        (candidate pairs int64[C, 2], edges int64[E, 2], similarity float64[E]).
+        ``{"candidates", "edges"}`` found in this group (a pair may be found
+        in several groups).
     """
+    pairs, edges, _ = _band_group_pairs(task)
+    from stages.dedup_cluster import node_group, write_edges
+
+    spill, name = Path(task["spill"]), f"band-{task['group']:05d}.parquet"
+    write_edges(edges[:, 0], edges[:, 1], task["node_groups"], spill / "edges" / name)
+    key = node_group(pairs[:, 0] * np.int64(1_000_003) + pairs[:, 1], task["candidate_groups"]) if len(pairs) else \
+        np.zeros(0, np.int64)
+    write_buckets(pa.table({"a": pa.array(pairs[:, 0], pa.int64()), "b": pa.array(pairs[:, 1], pa.int64())}),
+                  key, spill / "candidates" / name)
+    return {"candidates": int(len(pairs)), "edges": int(len(edges))}
+
+
+def distinct_candidates(task: dict[str, Any]) -> int:
+    """Worker: distinct candidate pairs of one candidate group."""
+    table = read_spill(Path(task["spill"]) / "candidates", task["group"])
+    if table is None:
+        return 0
+    return len(np.unique(np.stack([table["a"].to_numpy(), table["b"].to_numpy()], 1), axis=0))
+
+
+def _band_group_pairs(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(candidate pairs int64[C, 2], edges int64[E, 2], similarity float64[E])
+    of one band spill group (see :func:`band_group_edges`)."""
     cfg = task["cfg"]
     num_perm = cfg["num_bands"] * cfg["rows_per_band"]
     needed = int(np.ceil(cfg["jaccard_threshold"] * num_perm - 1e-9))
@@ -450,35 +485,6 @@ def band_group_edges(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.n
     return pairs, pairs[passed], similarity[passed]
 
 
-def near_duplicate_edges(spill: Path, groups: int, signature_dir: Path, cfg: dict[str, Any],
-                         mapper=None, paths: list[str] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
-    """Driver: the verified near-duplicate edges of all band spill groups.
-
-    Each group is independent (:func:`band_group_edges`), so ``mapper``
-    (``Partitions.map``: the local pool or Ray) runs them in parallel — the
-    global dedup phase distributed by band partition. Without a mapper the
-    groups run here, one at a time.
-
-    Returns:
-        ``(edges int64[E, 2], similarity float64[E], candidate_pairs)``:
-        distinct edges sorted, their estimated Jaccard, and the number of
-        distinct candidate pairs. Independent of input order.
-    """
-    tasks = [{"spill": str(spill), "group": k, "signatures": str(signature_dir), "cfg": cfg,
-              "paths": list(paths or [])} for k in range(groups)]
-    results = mapper(band_group_edges, tasks) if mapper else [band_group_edges(t) for t in tasks]
-    candidates = [r[0] for r in results if len(r[0])]
-    if not candidates:
-        return np.empty((0, 2), np.int64), np.empty(0, np.float64), 0
-    n_candidates = len(np.unique(np.concatenate(candidates), axis=0))
-    all_edges = np.concatenate([r[1] for r in results])
-    all_similarity = np.concatenate([r[2] for r in results])
-    if not len(all_edges):
-        return np.empty((0, 2), np.int64), np.empty(0, np.float64), n_candidates
-    unique, index = np.unique(all_edges, axis=0, return_index=True)
-    return unique, all_similarity[index], n_candidates
-
-
 def _document_rows(paths: list[str], handles: np.ndarray, columns: list[str]) -> pa.Table:
     """The kept rows ``handles`` (any order) of the partitions, in handle
     order, with ``columns`` that exist, plus ``g``."""
@@ -493,98 +499,6 @@ def _document_rows(paths: list[str], handles: np.ndarray, columns: list[str]) ->
     return pa.concat_tables(tables, promote_options="default")
 
 
-def near_clusters(edges: np.ndarray, paths: list[str], signature_dir: Path,
-                  cfg: dict[str, Any]) -> pa.Table:
-    """Driver: connected components of the verified edges (scipy), one keeper
-    per component by the keeper key.
-
-    Returns:
-        Table ``g``, ``id``, ``keeper_g``, ``keeper_id``, ``similarity``
-        (float64: estimated Jaccard to the keeper; null for the keeper), one
-        row per document in an edge.
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    if not len(edges):
-        return pa.table({"g": pa.array([], pa.int64()), "id": pa.array([], pa.string()),
-                         "keeper_g": pa.array([], pa.int64()), "keeper_id": pa.array([], pa.string()),
-                         "similarity": pa.array([], pa.float64())})
-    nodes = np.unique(edges)
-    a, b = np.searchsorted(nodes, edges[:, 0]), np.searchsorted(nodes, edges[:, 1])
-    graph = coo_matrix((np.ones(len(a), np.int8), (a, b)), shape=(len(nodes), len(nodes)))
-    _, labels = connected_components(graph, directed=False)
-    columns = ["id", "chars", "perplexity_value"]
-    if any("chars" not in view_columns(p) for p in paths):
-        columns.append("text")  # lengths from the text only when a partition lacks ``chars``
-    docs = _document_rows(paths, nodes, columns)  # handle order = nodes
-    k1, k2 = keeper_keys(docs, cfg["keep"])
-    table = pa.table({"label": labels, "k1": k1, "k2": k2, "id": docs["id"], "g": nodes})
-    table, starts = _sorted_group_starts(table, ["label"], ["k1", "k2", "id"])
-    first = np.repeat(starts[:-1], np.diff(starts))
-    g = table["g"].to_numpy()
-    keeper_g = g[first]
-    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    similarity = np.empty(len(g), np.float64)
-    for s in range(0, len(g), _VERIFY_CHUNK):  # bounded temporaries
-        rows = slice(s, s + _VERIFY_CHUNK)
-        agree = load_signatures(signature_dir, g[rows], num_perm) == \
-            load_signatures(signature_dir, keeper_g[rows], num_perm)
-        similarity[rows] = np.count_nonzero(agree, axis=1) / num_perm
-    is_keeper = np.arange(len(g)) == first
-    return pa.table({"g": g, "id": table["id"], "keeper_g": keeper_g,
-                     "keeper_id": table["id"].take(pa.array(first)),
-                     "similarity": pa.array(similarity, pa.float64(), mask=is_keeper)})
-
-
-def removed_table(exact: pa.Table, near: pa.Table) -> pa.Table:
-    """Driver: ``id, keeper, similarity, reason, g`` for every member of every
-    cluster with more than one document, sorted by id (``g``: the member's
-    handle, so the table can be split by partition).
-
-    An exact duplicate points at the final keeper of its exact keeper's
-    cluster: similarity 1.0 when that is its exact keeper, else the exact
-    keeper's similarity to the final keeper (equal normalized text, equal
-    signature). A keeper's own row has ``keeper == id`` and null similarity
-    and reason.
-    """
-    near_keeper = dict(zip(near["g"].to_pylist(),
-                           zip(near["keeper_g"].to_pylist(), near["keeper_id"].to_pylist(),
-                               near["similarity"].to_pylist())))
-    ids, keepers, sims, reasons, handles = [], [], [], [], []
-    for g, i, kid, sim in zip(near["g"].to_pylist(), near["id"].to_pylist(), near["keeper_id"].to_pylist(),
-                              near["similarity"].to_pylist()):
-        ids.append(i)
-        keepers.append(kid)
-        sims.append(sim)
-        reasons.append(None if sim is None else REASON_NEAR)
-        handles.append(g)
-    exact_keepers: dict[str, int] = {}
-    for g, i, eg, eid in zip(exact["g"].to_pylist(), exact["id"].to_pylist(), exact["keeper_g"].to_pylist(),
-                             exact["keeper_id"].to_pylist()):
-        if eg in near_keeper:
-            fg, fid, fsim = near_keeper[eg]
-            sim = 1.0 if fg == eg else fsim
-        else:
-            fid, sim = eid, 1.0
-            exact_keepers[eid] = eg
-        ids.append(i)
-        keepers.append(fid)
-        sims.append(sim)
-        reasons.append(REASON_EXACT)
-        handles.append(g)
-    for eid, eg in exact_keepers.items():
-        ids.append(eid)
-        keepers.append(eid)
-        sims.append(None)
-        reasons.append(None)
-        handles.append(eg)
-    table = pa.table({"id": pa.array(ids, pa.string()), "keeper": pa.array(keepers, pa.string()),
-                      "similarity": pa.array(sims, pa.float64()), "reason": pa.array(reasons, pa.string()),
-                      "g": pa.array(handles, pa.int64())})
-    return table.sort_by("id")
-
-
 # ----------------------------------------------------------------------------- phase 3: lines
 
 
@@ -596,7 +510,8 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
 
     Args:
         item: ``path``, ``partition``, ``cfg``, ``spill``, ``line_groups``,
-            ``skip`` (int64 kept-row positions removed as duplicates).
+            ``skip_files`` (the final cluster records, by partition: members
+            with a reason were removed as duplicates and take no part).
 
     Returns:
         ``{"lines": lines spilled, "documents": documents that took part}``.
@@ -604,7 +519,7 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
     path, partition, cfg = item["path"], item["partition"], item["cfg"]
     table = read_kept(path, _keep_columns(path, cfg["keep"], []))
     n = table.num_rows
-    rows = np.setdiff1d(np.arange(n), np.asarray(item["skip"], np.int64))
+    rows = np.setdiff1d(np.arange(n), skip_rows(item["skip_files"], partition, removed_only=True))
     k1, k2 = keeper_keys(table, cfg["keep"])
     skip_langs = set(cfg["line_skip_languages"])
     langs = table["langid_lang"].to_pylist() if "langid_lang" in table.column_names else [None] * n
@@ -630,34 +545,42 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
     return {"lines": len(h), "documents": documents}
 
 
-def duplicate_lines(spill: Path, groups: int, out_dir: Path) -> dict[str, int]:
-    """Driver: for each normalized line hash, the *owner* is the occurrence
-    with the smallest ``(k1, k2, id, line)``; every occurrence of that line in
-    another document is removed (repeats inside the owner document stay: the
-    heuristics stage judges in-document repetition).
+def duplicate_lines(task: dict[str, Any]) -> int:
+    """Worker: for each normalized line hash of one line spill group, the
+    *owner* is the occurrence with the smallest ``(k1, k2, id, line)``; every
+    occurrence of that line in another document is removed (repeats inside
+    the owner document stay: the heuristics stage judges in-document
+    repetition).
 
-    Writes ``out_dir/lines-KKKKK.parquet`` (``id``, ``line`` int32, sorted),
-    one file per spill group with removals.
-
-    Returns:
-        ``{"lines_removed": n, "line_groups_written": files}``.
+    Writes ``spill/line_removals/group-KKKKK.parquet`` (``id``, ``line``
+    int32, ``g``) bucketed by partition. Returns the lines removed.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    removed = written = 0
-    for k in range(groups):
-        table = read_spill(spill / "lines", k)
-        if table is None:
-            continue
-        table, starts = _sorted_group_starts(table, ["h"], ["k1", "k2", "id", "line"])
-        first = np.repeat(starts[:-1], np.diff(starts))
-        g = table["g"].to_numpy()
-        drop = np.flatnonzero(g != g[first])
-        if not len(drop):
-            continue
-        out = pa.table({"id": table["id"].take(pa.array(drop)),
-                        "line": table["line"].take(pa.array(drop))}).sort_by([("id", "ascending"),
-                                                                               ("line", "ascending")])
-        _write_atomic(out, out_dir / f"lines-{k:05d}.parquet")
-        removed += len(drop)
-        written += 1
-    return {"lines_removed": removed, "line_groups_written": written}
+    from stages.dedup_cluster import partition_of
+
+    spill = Path(task["spill"])
+    out = spill / "line_removals" / f"group-{task['group']:05d}.parquet"
+    table = read_spill(spill / "lines", task["group"])
+    if table is None:
+        write_buckets(pa.table({"id": pa.array([], pa.string()), "line": pa.array([], pa.int32()),
+                                "g": pa.array([], pa.int64())}), np.zeros(0, np.int64), out)
+        return 0
+    table, starts = _sorted_group_starts(table, ["h"], ["k1", "k2", "id", "line"])
+    first = np.repeat(starts[:-1], np.diff(starts))
+    g = table["g"].to_numpy()
+    drop = np.flatnonzero(g != g[first])
+    removals = pa.table({"id": table["id"].take(pa.array(drop)), "line": table["line"].take(pa.array(drop)),
+                         "g": pa.array(g[drop], pa.int64())})
+    write_buckets(removals, partition_of(g[drop]), out)
+    return len(drop)
+
+
+def partition_line_removals(task: dict[str, Any]) -> int:
+    """Worker: ``lines/<name>`` for one partition (``id``, ``line``, sorted),
+    when lines of it are removed. Returns the rows written."""
+    files = spill_files(Path(task["spill"]) / "line_removals")
+    table = read_bucket(files, task["partition"]) if files else None
+    if table is None or table.num_rows == 0:
+        return 0
+    table = table.drop_columns(["g"]).sort_by([("id", "ascending"), ("line", "ascending")])
+    _write_atomic(table, Path(task["out"]))
+    return table.num_rows

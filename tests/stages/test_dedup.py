@@ -405,10 +405,12 @@ def test_many_spill_groups_give_the_same_result(tmp_path, monkeypatch):
     config = {"num_bands": 16, "rows_per_band": 2, "jaccard_threshold": 0.5, "line_dedup": True}
     facts_one, out_one = _run(tmp_path / "one", _mixed_rows(), **config)
     for name, per_group in (("ID_RECORDS_PER_GROUP", 4), ("EXACT_RECORDS_PER_GROUP", 3),
-                            ("BAND_RECORDS_PER_GROUP", 40), ("LINE_RECORDS_PER_GROUP", 4)):
+                            ("BAND_RECORDS_PER_GROUP", 40), ("LINE_RECORDS_PER_GROUP", 4),
+                            ("NODE_RECORDS_PER_GROUP", 2)):
         monkeypatch.setattr(dedup_phases, name, per_group)
     facts_many, out_many = _run(tmp_path / "many", _mixed_rows(), **config)
-    assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1}
+    assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1, "nodes": 1}
+    assert facts_many["spill_groups"]["nodes"] == 8  # 15 documents, 2 per node group
     assert facts_many["spill_groups"]["bands"] == 15 * 16 // 40 and facts_many["spill_groups"]["exact"] == 5
     one, many = (sorted((tmp_path / f"{k}/work/removed").glob("*.parquet")) for k in ("one", "many"))
     assert [f.name for f in one] == [f.name for f in many] and one
