@@ -114,9 +114,11 @@ class IngestConfig(_Strict):
             quarantined (``read.record_too_large``) instead of loaded.
     """
 
-    partition_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024)
+    # Upper bounds keep every Arrow array of one task under 2**31 bytes or
+    # values (32-bit offsets): a partition's text, one record, a part, a bucket.
+    partition_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024, le=1 << 30)
     partition_max_docs: int | None = pydantic.Field(None, ge=1)
-    max_record_bytes: int = pydantic.Field(64 * 1024 * 1024, ge=1024)
+    max_record_bytes: int = pydantic.Field(64 * 1024 * 1024, ge=1024, le=1 << 30)
 
 
 class OutputConfig(_Strict):
@@ -150,9 +152,17 @@ class OutputConfig(_Strict):
     seq_length: int = pydantic.Field(2048, ge=8)
     max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
     packing: Literal["concat_split", "best_fit"] = "concat_split"
-    order_bucket_tokens: int = pydantic.Field(32 * 1024 * 1024, ge=16)
+    order_bucket_tokens: int = pydantic.Field(32 * 1024 * 1024, ge=16, le=1 << 30)
     shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
-    table_part_bytes: int = pydantic.Field(128 * 1024 * 1024, ge=1024)
+    table_part_bytes: int = pydantic.Field(128 * 1024 * 1024, ge=1024, le=1 << 30)
+
+    @pydantic.model_validator(mode="after")
+    def _bucket_fits_32_bit_offsets(self):
+        tokens = self.shuffle_bucket_samples * (self.seq_length + 1)
+        if tokens > 1 << 30:
+            raise ValueError(f"shuffle_bucket_samples x (seq_length + 1) = {tokens:,} tokens in one shuffle range: "
+                             f"at most {1 << 30:,} (lower shuffle_bucket_samples)")
+        return self
 
 
 def _stage_fields() -> dict[str, Any]:

@@ -221,3 +221,20 @@ def test_copies_of_a_document_are_spread_apart():
             # copy k in the k-th r-th of the stream; neighbours >= ~m / (2r) apart
             assert (positions // (m / r)).astype(int).tolist() == list(range(r))
             assert np.diff(positions).min() > 0.4 * m / r
+
+
+def test_pack_pieces_past_two_to_the_31_tokens():
+    """A range of the document order that starts 5e9 tokens into the stream
+    (a version of more than 2**31 tokens) is cut exactly as the same copies at
+    offset 0, shifted by whole windows: no 32-bit arithmetic anywhere."""
+    from stages.packing import pack_pieces
+
+    lengths = np.array([7, 20, 3, 9], np.int64)
+    window = 8
+    shift_windows = 625_000_000  # 5e9 tokens
+    near = pack_pieces(lengths, 5, window, 6)
+    far = pack_pieces(lengths, 5 + shift_windows * window, window, shift_windows + 6)
+    assert far[0].min() > 2**31 // window and far[0].dtype == np.int64
+    np.testing.assert_array_equal(far[0] - shift_windows, near[0])
+    for a, b in zip(near[1:], far[1:]):
+        np.testing.assert_array_equal(a, b)
