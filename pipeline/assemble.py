@@ -683,7 +683,9 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     method = out_cfg.packing
     state_path = work / "_STATE.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    if state.get("fingerprint") != fingerprint:
+    # Markers vouch for files in ``tmp``: without ``tmp`` (published, or removed
+    # by hand) there is nothing to resume.
+    if state.get("fingerprint") != fingerprint or not tmp.exists():
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)

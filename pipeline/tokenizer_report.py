@@ -76,7 +76,7 @@ def read_corpus(paths: list[Path], max_chars: int | None = None) -> list[dict[st
 
     JSONL records need ``text``; ``lang`` (or ``langid_lang``/``lang_hint``)
     and ``source`` are optional (``und`` / the file name). Parquet files (e.g.
-    a version's ``documents.parquet``) are read the same way. Stops before the
+    a version's ``documents/`` parts) are read the same way. Stops before the
     document that would pass ``max_chars`` characters.
 
     Raises:
