@@ -845,8 +845,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     # phase 4: lineage by document
     by_doc_files = [str(spill / "by_doc" / f"shard-{s:05d}.parquet") for s in range(len(shard_tasks))
                     if written[s]["segments"]]
-    first_lineage = next(iter(sorted(k for k in files if k.startswith(layout.LINEAGE + "/"))), None)
-    schema = pq.read_schema(tmp / first_lineage) if first_lineage else pa.schema([])
+    lineage_files = sorted(k for k in files if k.startswith(layout.LINEAGE + "/"))
+    schema = unify([pq.read_schema(tmp / k) for k in lineage_files])
     by_doc_tasks = [{"kind": "by_doc", "part": j, "spill_files": by_doc_files, "schema": _schema_b64(schema),
                      "relative": f"{layout.LINEAGE_BY_DOC}/{layout.part_name(j)}", "tmp": str(tmp),
                      "marker": str(markers / f"by-doc-{j:05d}.json")} for j in range(by_doc_parts)]

@@ -46,7 +46,7 @@ import pipeline
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
-from pipeline.executor import (make_executor, partition_counts, peak_rss_mb, process_partition,
+from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
                                write_json_atomic, write_table_atomic)
 from pipeline.manifest import MANIFEST, build_manifest, sha256_file
 from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
@@ -576,6 +576,7 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
     out = assemble(cfg, staged.final, depths, staged.reports, ingested.bytes_per_char,
                    pad_id=tok["special_token_ids"]["pad"], mixture=staged.reports["mixture"]["fit"],
                    work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint)
+    runlog.event("assembled", None, samples=out["num_samples"], shards=len(out["shards"]))
     with open(tmp / layout.QUARANTINE, "wb") as out_fh:
         for path in ingested.quarantine_files:
             if path.exists():
@@ -589,6 +590,7 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
 
     out["tokenizer_report"] = build_report(cfg.tokenize, staged.parts["tokenize"], tmp / layout.TOKENIZER,
                                            tmp, cfg.seed, runlog.echo)
+    runlog.event("tokenizer_report_done", None)
     written = set(out["files"])
     # Written after the manifest (or a run fact): never in its "files", also
     # when an earlier attempt left them here before it was killed.
@@ -628,7 +630,7 @@ def accounting(ingested: Ingested, staged: Staged, assembled: dict[str, Any]) ->
 
 
 def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, staged: Staged,
-                   assembled: dict[str, Any], tmp: Path, run: dict[str, Any]) -> dict[str, Any]:
+                   assembled: dict[str, Any], tmp: Path, run: dict[str, Any], runlog: RunLog) -> dict[str, Any]:
     """Phase 4: check the accounting, write ``manifest.json`` and
     ``report.html`` into ``tmp``. Returns the manifest."""
     manifest = build_manifest(version=version, cfg=cfg, inputs=ingested.inputs, quarantine=ingested.quarantine,
@@ -637,10 +639,12 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
                               run={**run, "config_file": str(config_path)})
     write_json_atomic(manifest, tmp / MANIFEST)
+    runlog.event("manifest_written", None)
     # The page shows run facts (times, memory): derived from the manifest, not hashed in it.
     from pipeline.report import write_report
 
     write_report(tmp)
+    runlog.event("report_written", None)
     return manifest
 
 
@@ -719,12 +723,14 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             assembled = assemble_phase(cfg, ingested, staged, work, tmp, executor, runlog)
             timings["assemble"] = round(time.perf_counter() - t0, 2)
             worker_peak = executor.peak_worker_rss_mb
+            by_task = {k: round(v, 1) for k, v in sorted(executor.peaks_by_task.items())}
             nodes = dict(sorted(executor.nodes.items()))
         run = {"wall_seconds": round(time.perf_counter() - t_start, 2), "stage_seconds": timings,
-               "peak_rss": {"driver_mb": peak_rss_mb(), "largest_worker_mb": worker_peak},
+               "peak_rss": {"driver_mb": process_peak_mb(), "largest_worker_mb": worker_peak,
+                            "largest_task_mb": by_task},
                "executor": cfg.executor.kind, "num_workers": workers, "task_nodes": nodes,
                "shard_nodes": assembled["shard_nodes"]}
-        manifest = manifest_phase(version, cfg, config_path, ingested, staged, assembled, tmp, run)
+        manifest = manifest_phase(version, cfg, config_path, ingested, staged, assembled, tmp, run, runlog)
         publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"])
         return BuildResult(final, manifest)
     except BaseException as exc:

@@ -52,12 +52,57 @@ def parquet_options(table: pa.Table) -> dict[str, Any]:
     return opts
 
 
-def _measured(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str]:
-    """``(fn(x), peak RSS of this process in MB, node)``: every task runs
-    through this, so the executor knows the largest worker's memory and, on
-    Ray, which node ran what."""
+def task_label(fn: Callable[[Any], Any], x: Any) -> str:
+    """What a task is, for per-task memory figures: ``<stage>:process``,
+    ``assemble:<kind>``, or the function's name (a fit step, ingest)."""
+    base = getattr(fn, "func", fn)
+    name = getattr(base, "__name__", type(base).__name__)
+    if name == "process_partition" and isinstance(x, tuple):
+        return f"{x[0]}:process"
+    if name == "run_task" and isinstance(x, dict):
+        return f"assemble:{x.get('kind')}"
+    return name
+
+
+_LIFETIME_PEAK = [0.0]
+
+
+def process_peak_mb() -> float:
+    """This process's peak RSS over its whole life in MB, also across the
+    per-task resets of :func:`_reset_peak` (the driver runs tasks itself with
+    one worker)."""
+    return max(_LIFETIME_PEAK[0], peak_rss_mb())
+
+
+def _reset_peak() -> bool:
+    """Start this process's peak-RSS count afresh (Linux: ``clear_refs`` 5
+    resets ``VmHWM``), so the next reading is one task's own peak; the
+    lifetime peak is kept for :func:`process_peak_mb`."""
+    _LIFETIME_PEAK[0] = max(_LIFETIME_PEAK[0], peak_rss_mb())
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _measured(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str, str]:
+    """``(fn(x), peak RSS of this process during the call in MB, node,
+    label)``: every task runs through this, so the executor knows the largest
+    worker's memory per kind of task and, on Ray, which node ran what. After
+    the call, Arrow's pool returns freed memory to the system, so the next
+    task starts from what the process really holds."""
+    _reset_peak()
     result = fn(x)
-    return result, peak_rss_mb(), current_node()
+    peak = peak_rss_mb()
+    try:
+        import pyarrow as _pa
+
+        _pa.default_memory_pool().release_unused()
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+    return result, peak, current_node(), task_label(fn, x)
 
 
 def current_node() -> str:
@@ -83,19 +128,20 @@ def _gather(completions, total: int, on_done: Callable[[int, Any], None] | None,
     """Collect ``(index, get_result)`` pairs in completion order: call
     ``on_done`` for each success, let every task finish, then raise one
     :class:`PartitionError` for all failures (a Ray task's error is unwrapped
-    to the exception the task raised). Results are ``_measured`` triples:
+    to the exception the task raised). Results are ``_measured`` tuples:
     ``owner`` (the executor) records the peak worker RSS and the nodes."""
     results: list[Any] = [None] * total
     errors: list[tuple[int, BaseException]] = []
     for i, get in completions:
         try:
-            results[i], peak, node = get()
+            results[i], peak, node, label = get()
         except Exception as exc:  # noqa: BLE001 - re-raised below with the others
             cause = getattr(exc, "cause", None)
             errors.append((i, cause if isinstance(cause, BaseException) else exc))
             continue
         if owner is not None:
             owner.peak_worker_rss_mb = max(owner.peak_worker_rss_mb, peak)
+            owner.peaks_by_task[label] = max(owner.peaks_by_task.get(label, 0.0), peak)
             owner.nodes[node] = owner.nodes.get(node, 0) + 1
         if on_done:
             on_done(i, results[i])
@@ -146,6 +192,7 @@ class LocalExecutor:
         self.num_workers = num_workers
         self._pool: ProcessPoolExecutor | None = None
         self.peak_worker_rss_mb = 0.0
+        self.peaks_by_task: dict[str, float] = {}  # task label -> largest peak RSS (MB) of one such task
         self.nodes: dict[str, int] = {}
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any],
@@ -218,6 +265,9 @@ def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = ""
     if key not in _STAGE_CACHE:
         from stages import stage_class
 
+        # One stage at a time: the previous stage's models (KenLM, fastText,
+        # the tokenizer) are not kept for the rest of the build.
+        _STAGE_CACHE.clear()
         cls = stage_class(name)
         _STAGE_CACHE[key] = cls(cls.Config.model_validate_json(config_json), ctx)
     return _STAGE_CACHE[key]
@@ -383,6 +433,7 @@ class RayExecutor:
         self.num_cpus_per_task = num_cpus_per_task
         self._task = None
         self.peak_worker_rss_mb = 0.0
+        self.peaks_by_task: dict[str, float] = {}  # task label -> largest peak RSS (MB) of one such task
         self.nodes: dict[str, int] = {}
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any],

@@ -516,7 +516,10 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                          f"<code>{_e(x.get('config_hash', '')[:16])}</code>", _num(x.get("seed")),
                          _e(run.get("created_at")), _num(run.get("wall_seconds")),
                          "<br>".join(f"{_e(k)}: {v:,.1f}" for k, v in run.get("stage_seconds", {}).items()),
-                         "<br>".join(f"{_e(k)}: {v:,.0f}" for k, v in run.get("peak_rss", {}).items()),
+                         "<br>".join([f"{_e(k)}: {v:,.0f}" for k, v in run.get("peak_rss", {}).items()
+                                      if isinstance(v, (int, float))]
+                                     + [f"task {_e(k)}: {v:,.0f}" for k, v in
+                                        (run.get("peak_rss", {}).get("largest_task_mb") or {}).items()]),
                          _e(run.get("machine"))])
     parts.append(_table(["version", "code commit", "config hash", "seed", "created", "wall s", "seconds per stage",
                          "peak RSS (MB)", "machine"], run_rows))

@@ -37,6 +37,18 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _rss_mb() -> float | None:
+    """This process's resident set now (``VmRSS``, MB); None off Linux."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def crash_point(stage: str, done: int) -> None:
     """SIGKILL this process if ``MINDCORPUS_CRASH_AFTER`` names (stage, done)."""
     spec = os.environ.get(CRASH_ENV)
@@ -65,8 +77,9 @@ class RunLog:
         self.host = socket.gethostname()
 
     def event(self, event: str, message: str | None = None, **fields: Any) -> None:
-        """Append ``{"ts", "event", **fields}`` to the log; echo ``message``."""
-        record = {"ts": _now(), "event": event, **fields}
+        """Append ``{"ts", "event", "rss_mb", **fields}`` to the log (``rss_mb``:
+        the driver's resident memory then, MB); echo ``message``."""
+        record = {"ts": _now(), "event": event, "rss_mb": _rss_mb(), **fields}
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
         if message:
