@@ -108,8 +108,11 @@ class IngestConfig(_Strict):
             partitions. For 1 TB on 100 machines, 128-256 MiB halves to
             quarters the number of files every exchange touches.
         partition_max_docs: also close a partition at this many documents
-            (null: no limit). Bounds per-document overhead (Python objects in
-            the stages) for corpora of very short documents.
+            (null: no limit). 50,000: a task that reads a whole partition
+            (view, dedup keys and signatures, assembly emit) holds per-document
+            structures too, and 32 MiB of fortunes is 270,000 documents;
+            measured on the scale bench (docs/architecture.md, "Scale"). Web
+            pages (~3 KB) fill 32 MiB at ~10,000 documents, below the cap.
         max_record_bytes: a JSONL line or text document larger than this is
             quarantined (``read.record_too_large``) instead of loaded.
     """
@@ -117,7 +120,7 @@ class IngestConfig(_Strict):
     # Upper bounds keep every Arrow array of one task under 2**31 bytes or
     # values (32-bit offsets): a partition's text, one record, a part, a bucket.
     partition_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024, le=1 << 30)
-    partition_max_docs: int | None = pydantic.Field(None, ge=1)
+    partition_max_docs: int | None = pydantic.Field(50_000, ge=1)
     max_record_bytes: int = pydantic.Field(64 * 1024 * 1024, ge=1024, le=1 << 30)
 
 
