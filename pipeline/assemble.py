@@ -695,7 +695,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     forget()
 
     total_tokens = int(mixture.get("realized_tokens") or 0)
-    if total_tokens < window:
+    # best fit pads a short corpus into one sample; concat-split needs a window
+    if total_tokens < (window if method == "concat_split" else 1):
         raise BuildError(f"the sampled documents hold {total_tokens} tokens, fewer than seq_length + 1 = "
                          f"{window}: no sample can be packed (lower output.seq_length or add data)")
     order_buckets = max(1, math.ceil(total_tokens / out_cfg.order_bucket_tokens))

@@ -47,7 +47,7 @@ from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
 from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
-                               write_json_atomic, write_table_atomic)
+                               release_memory, write_json_atomic, write_table_atomic)
 from pipeline.manifest import MANIFEST, build_manifest, sha256_file
 from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
                               resolve_paths)
@@ -388,7 +388,12 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
     ingest_dir = work / "ingest"
     layout_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
                              [(i["source"], i["file"]) for i in inputs], pipeline.__version__)
-    if _read_state(ingest_dir).get("fingerprint") != layout_fp and ingest_dir.exists():
+    identities = [i["identity"] for i in inputs]
+    ids_state = ingest_dir / "_IDS_INPUTS.json"
+    stale_ids = ids_state.exists() and json.loads(ids_state.read_text()) != identities
+    if (_read_state(ingest_dir).get("fingerprint") != layout_fp or stale_ids) and ingest_dir.exists():
+        # The duplicate-id pass rewrote partitions of the inputs it saw; when
+        # any input is read again, every partition must be: start ingest over.
         shutil.rmtree(ingest_dir)
     ingest_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic({"fingerprint": layout_fp}, ingest_dir / STATE)
@@ -416,6 +421,7 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
             firsts.append(r["first_quarantine"])
     qfiles = [ingest_dir / f"quarantine-{i:05d}.jsonl" for i in range(len(tasks))]
     if any(cfg.sources[s].id_field for s in cfg.sources):
+        write_json_atomic(identities, ids_state)
         dup = quarantine_duplicate_ids(paths, ingest_dir, executor)
         quarantine.update(dup["quarantine"])
         if dup["first_quarantine"]:
@@ -447,6 +453,34 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
 
 # --------------------------------------------------------------------------- stages
 
+def referenced_files(config: Any, cache_dir: Path) -> list[tuple[str, str]]:
+    """(path, sha256) of every file a stage config names (a given tokenizer,
+    KenLM models...), so that a changed file changes the stage's fingerprint
+    and a resume never reuses outputs made from the old one. Digests come
+    from the input-digest cache (by path, size and mtime)."""
+    from pipeline.readers import input_identity
+
+    found: list[tuple[str, str]] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and len(value) < 4096 and ("/" in value or "." in value):
+            try:
+                if os.path.isfile(value):
+                    _, digest = input_digest(value, input_identity(value), cache_dir, {})
+                    found.append((value, digest))
+            except (OSError, ValueError):
+                pass
+
+    walk(config)
+    return sorted(found)
+
+
 def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream: str, seed: int,
               executor, runlog: RunLog, in_docs: list[int] | None = None
               ) -> tuple[list[PartitionRef], str, dict[str, Any], list[int]]:
@@ -459,7 +493,8 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     """
     stage_cfg = getattr(cfg, name)
     config_json = stage_cfg.model_dump_json()
-    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__)
+    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__,
+                      referenced_files(json.loads(config_json), work.parent / "cache"))
     out_dir = work / name
     state = _read_state(out_dir)
     if state.get("fingerprint") != fp and out_dir.exists():
@@ -482,6 +517,8 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         stage = stage_class(name)(stage_cfg, ctx)
         state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
                  "fit_seconds": round(time.perf_counter() - t0, 2)}
+        del stage
+        release_memory()  # what the fit held is not kept under the next stage's
         write_json_atomic(state, out_dir / STATE)
     tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes)
              for ref, out in zip(in_parts, outputs)]

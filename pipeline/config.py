@@ -139,8 +139,11 @@ class OutputConfig(_Strict):
             (a document shorter than a window is never split; gaps padded with
             the pad id). See docs/stages/mixture_packing.md.
         order_bucket_tokens: tokens per range of the document order that one
-            task packs (the assembly's largest working set: ~10 bytes per
-            token at a 16-bit vocabulary, measured). Only ``best_fit`` output
+            task packs (~10 bytes per token at a 16-bit vocabulary in that
+            task, measured; 16 Mi tokens keep a pack task near the size of the
+            other tasks). At 1 TB on big machines raise it with
+            ``ingest.partition_bytes`` (fewer, larger exchange segments:
+            docs/architecture.md, "Scale"). Only ``best_fit`` output
             depends on it (best fit within each range); ``concat_split``
             output is the same for any value.
         shuffle_bucket_samples: samples per key range of the global shuffle
@@ -155,7 +158,7 @@ class OutputConfig(_Strict):
     seq_length: int = pydantic.Field(2048, ge=8)
     max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
     packing: Literal["concat_split", "best_fit"] = "concat_split"
-    order_bucket_tokens: int = pydantic.Field(32 * 1024 * 1024, ge=16, le=1 << 30)
+    order_bucket_tokens: int = pydantic.Field(16 * 1024 * 1024, ge=16, le=1 << 30)
     shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
     table_part_bytes: int = pydantic.Field(128 * 1024 * 1024, ge=1024, le=1 << 30)
 

@@ -393,6 +393,26 @@ def read_parquet(path: str | Path, file: str, text_field: str, id_field: str | N
             yield Record(row, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=str), doc_id)
 
 
+def _encodable(value: str | None) -> bool:
+    if value is None:
+        return True
+    try:
+        value.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _check_fields(item: Record | Quarantined, file: str) -> Record | Quarantined:
+    """A record whose other fields or id hold a lone surrogate (a JSON
+    ``\ud83d`` escape) cannot be stored as UTF-8: quarantined as
+    ``read.lone_surrogate`` like one in the text, instead of failing its file."""
+    if isinstance(item, Record) and not (_encodable(item.meta) and _encodable(item.doc_id)):
+        where = "the id" if not _encodable(item.doc_id) else "a field other than the text"
+        return Quarantined(file, item.line, -1, "read.lone_surrogate", f"{where} holds a lone surrogate")
+    return item
+
+
 def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit: str,
               max_bytes: int, id_field: str | None = None,
               storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
@@ -416,7 +436,7 @@ def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit:
         for item in it:
             last_line = item.line
             seen += 1
-            yield item
+            yield _check_fields(item, file)
     except (EOFError, TruncatedInput, zstandard.ZstdError, gzip.BadGzipFile) as exc:
         yield Quarantined(file, last_line + 1, -1, "read.truncated_file", f"{type(exc).__name__}: {exc}"[:160])
         return

@@ -156,6 +156,8 @@ class ShardWriter:
         self.path = Path(path)
         self.names = list(widths)
         self.rows = 0
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
         self._writer = FileWriter(str(path), shard_num=1, overwrite=False)
         self._writer.add_schema({name: {"type": "int32", "shape": [widths[name]]} for name in self.names},
                                 SCHEMA_DESC)
@@ -163,14 +165,34 @@ class ShardWriter:
         self._writer.set_page_size(page)
 
     def write(self, columns: dict[str, np.ndarray]) -> None:
-        """Append rows: ``columns`` name -> validated int32[n, width], same n."""
-        n = columns[COLUMN].shape[0]
-        for start in range(0, n, _WRITE_CHUNK_ROWS):
-            stop = start + _WRITE_CHUNK_ROWS
-            chunk = {name: columns[name][start:stop] for name in self.names}
+        """Append rows: ``columns`` name -> validated int32[n, width], same n.
+
+        Rows reach MindRecord in calls of exactly ``_WRITE_CHUNK_ROWS`` rows
+        from the start of the shard (the rest at :meth:`close`), because the
+        file's layout depends on how rows are split across calls: the same
+        rows give the same bytes however the caller hands them over.
+        """
+        self._pending.append({name: columns[name] for name in self.names})
+        self._pending_rows += columns[COLUMN].shape[0]
+        self.rows += columns[COLUMN].shape[0]
+        if self._pending_rows >= _WRITE_CHUNK_ROWS:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        if not self._pending:
+            return
+        merged = {name: np.concatenate([p[name] for p in self._pending]) if len(self._pending) > 1
+                  else self._pending[0][name] for name in self.names}
+        n = merged[COLUMN].shape[0]
+        full = n if final else n - n % _WRITE_CHUNK_ROWS
+        for start in range(0, full, _WRITE_CHUNK_ROWS):
+            stop = min(start + _WRITE_CHUNK_ROWS, full)
+            chunk = {name: merged[name][start:stop] for name in self.names}
             self._writer.write_raw_data([{name: chunk[name][i] for name in self.names}
                                          for i in range(len(chunk[COLUMN]))])
-        self.rows += n
+        rest = {name: merged[name][full:] for name in self.names}
+        self._pending = [rest] if n > full else []
+        self._pending_rows = n - full
 
     def close(self) -> int:
         """Commit, check that the file holds every row written, and give both
@@ -181,6 +203,7 @@ class ShardWriter:
         """
         from mindspore.mindrecord import FileReader
 
+        self._flush(final=True)
         self._writer.commit()
         reader = FileReader(str(self.path))
         try:

@@ -105,3 +105,20 @@ def test_detect_format_and_resolve_paths(tmp_path):
     assert [Path(p).name for p in resolve_paths(["d/*.txt"], tmp_path)] == ["a.txt", "b.txt"]
     with pytest.raises(FileNotFoundError, match="nothing.txt"):
         resolve_paths(["nothing.txt"], tmp_path)
+
+
+def test_lone_surrogate_outside_the_text_quarantines_only_its_record(tmp_path):
+    """A lone surrogate in another field (or in the id) cannot be stored as
+    UTF-8: that record is quarantined, the others are read."""
+    raw = (b'{"text": "Ein guter Satz.", "title": "bad\\ud83d"}\n'
+           b'{"text": "Noch ein Satz.", "doc_id": "x\\ud800"}\n'
+           b'{"text": "Und der dritte.", "doc_id": "ok"}\n')
+    (tmp_path / "s.jsonl").write_bytes(raw)
+    out = list(read_file(tmp_path / "s.jsonl", "s.jsonl", "auto", "text", "file", 1 << 20, "doc_id"))
+    assert [(q.line, q.reason, q.detail) for q in out if isinstance(q, Quarantined)] == [
+        (1, "read.missing_id", "doc_id=None"),
+        (2, "read.lone_surrogate", "the id holds a lone surrogate")]
+    assert [r.text for r in out if isinstance(r, Record)] == ["Und der dritte."]
+    out = list(read_file(tmp_path / "s.jsonl", "s.jsonl", "auto", "text", "file", 1 << 20))
+    assert [(q.line, q.reason) for q in out if isinstance(q, Quarantined)] == [  # doc_id is then meta
+        (1, "read.lone_surrogate"), (2, "read.lone_surrogate")]

@@ -146,3 +146,44 @@ def test_run_log_and_heartbeat(bad_build):
     beat = json.loads((root / "corpora" / ".work" / "b1" / "heartbeat.json").read_text())
     assert beat["stage"] == "assemble-index" and beat["done"] == beat["total"]  # the last assembly phase
     assert "run.log.jsonl" not in result.manifest["files"]  # a run fact, not part of the corpus
+
+
+def test_resume_after_an_input_is_read_again_redoes_the_duplicate_id_pass(bad_build, monkeypatch):
+    """A build with an id_field source dies in langid; the ids file is touched
+    (read again on resume, its repeated ids back in its partition): ingest
+    starts over, so the resumed build quarantines the same repeats and equals
+    the clean build."""
+    import os
+
+    import stages.langid
+
+    from pipeline.manifest import without_run_facts
+
+    root, data, result = bad_build
+    real = stages.langid.LangIdStage.process
+
+    def crash(self, table):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(stages.langid.LangIdStage, "process", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        build("b3", root / "bad.yaml", root / "corpora", log=lambda m: None)
+    monkeypatch.setattr(stages.langid.LangIdStage, "process", real)
+    st = (data / "ids.jsonl").stat()
+    os.utime(data / "ids.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    resumed = build("b3", root / "bad.yaml", root / "corpora", log=lambda m: None)
+    a, b = without_run_facts(result.manifest), without_run_facts(resumed.manifest)
+    a.pop("version"), b.pop("version")
+    assert a == b
+
+
+def test_files_named_by_a_stage_config_are_in_its_fingerprint(tmp_path):
+    from pipeline.build import referenced_files
+
+    model = tmp_path / "tok.json"
+    model.write_text("one")
+    config = {"tokenizer_path": str(model), "models": {"en": str(tmp_path / "missing.bin")}, "x": "a.b"}
+    first = referenced_files(config, tmp_path / "cache")
+    assert [p for p, _ in first] == [str(model)]
+    model.write_text("two, longer")
+    assert referenced_files(config, tmp_path / "cache") != first

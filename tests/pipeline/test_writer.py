@@ -152,3 +152,25 @@ def test_extra_column_is_stored_in_the_same_rows(tmp_path):
         write_shards(samples, tmp_path / "c", columns={"input_ids": bounds})
     with pytest.raises(TypeError):
         write_shards(samples, tmp_path / "d", columns={"actual_seq_len": bounds.astype(np.int64)})
+
+
+def test_shard_bytes_do_not_depend_on_how_rows_are_handed_over(tmp_path):
+    """MindRecord's layout depends on the rows per write call; ShardWriter
+    always writes calls of 1,000 rows, so any split gives the same bytes."""
+    from pipeline.manifest import sha256_file
+    from pipeline.writer import ShardWriter, page_and_header_size
+
+    rows = (np.arange(2500 * 9, dtype=np.int32) % 977).reshape(2500, 9)
+    page, header = page_and_header_size(2500, 9)
+    digests = []
+    for name, splits in (("one", [2500]), ("odd", [1, 3, 998, 1000, 498]), ("tiny", [7] * 357 + [1])):
+        path = tmp_path / name / "corpus-00000.mindrecord"
+        path.parent.mkdir()
+        writer = ShardWriter(path, {"input_ids": 9}, page, header)
+        start = 0
+        for n in splits:
+            writer.write({"input_ids": rows[start:start + n]})
+            start += n
+        assert writer.close() == 2500
+        digests.append((sha256_file(path), sha256_file(path.with_name(path.name + ".db"))))
+    assert digests[0] == digests[1] == digests[2]
