@@ -109,6 +109,52 @@ def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
     return _sha256(path)
 
 
+class _RowGroupWriter:
+    """A Parquet file written in appended tables, cut into row groups of
+    exactly ``row_group_size`` rows (the rest last), so its bytes do not
+    depend on how the rows were handed over; atomic (temporary name)."""
+
+    def __init__(self, path: Path, row_group_size: int):
+        self.path, self.size = Path(path), row_group_size
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.pending: list[pa.Table] = []
+        self.pending_rows = 0
+        self.rows = 0
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.pending_rows += table.num_rows
+        self.rows += table.num_rows
+        if self.pending_rows >= self.size:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        if not self.pending:
+            return
+        merged = pa.concat_tables(self.pending, promote_options="permissive")
+        if self.writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(self.tmp, merged.schema, **TABLE_OPTS)
+            self.schema = merged.schema
+        full = merged.num_rows if final else merged.num_rows - merged.num_rows % self.size
+        for lo in range(0, full, self.size):
+            self.writer.write_table(_conform(merged.slice(lo, min(self.size, full - lo)), self.schema),
+                                    row_group_size=self.size)
+        rest = merged.slice(full)
+        self.pending = [rest] if rest.num_rows else []
+        self.pending_rows = rest.num_rows
+
+    def close(self) -> bool:
+        """Finish the file; False (and no file) when no row was written."""
+        self._flush(final=True)
+        if self.writer is None:
+            return False
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+        return True
+
+
 def _write_json(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -555,7 +601,10 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     # One shuffle range at a time: the shard is never in memory as a whole.
     writer = ShardWriter(path, {COLUMN: window, "actual_seq_len": width}, task["page"], task["header"])
-    segment_tables = []
+    rel = f"{layout.LINEAGE}/{layout.part_name(s)}"
+    lineage = _RowGroupWriter(tmp / rel, LINEAGE_ROW_GROUP)
+    by_source: dict[str, int] = {}
+    by_doc_dir = Path(task["spill"]) / "by_doc"
     for bucket, start, count in task["buckets"]:
         samples = read_bucket(sample_files, bucket)
         if samples.num_rows != count:
@@ -572,13 +621,28 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         writer.write({COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)})
         del rows, ends
         segs = read_bucket(segment_files, bucket)
-        if segs.num_rows:
-            where = np.searchsorted(keys, segs["key"].to_numpy())
-            seg_pos = positions[where]
-            keep = (seg_pos >= first) & (seg_pos < stop)
-            segs = segs.filter(pa.array(keep)).drop_columns(["key"])
-            segs = segs.add_column(0, "sample_index", pa.array(seg_pos[keep], pa.int64()))
-            segment_tables.append(segs)
+        if not segs.num_rows:
+            continue
+        # This range's lineage rows, in sample order: positions are
+        # consecutive across ranges, so appending keeps the part sorted.
+        where = np.searchsorted(keys, segs["key"].to_numpy())
+        seg_pos = positions[where]
+        keep = (seg_pos >= first) & (seg_pos < stop)
+        segs = segs.filter(pa.array(keep)).drop_columns(["key"])
+        segs = segs.add_column(0, "sample_index", pa.array(seg_pos[keep], pa.int64()))
+        segs = segs.sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
+        si = segs["sample_index"].to_numpy()
+        run_starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1] if len(si) else np.zeros(0, np.int64)
+        seg_no = (np.arange(len(si)) - np.repeat(run_starts, np.diff(np.r_[run_starts, len(si)]))).astype(np.int32)
+        segs = segs.add_column(1, "segment", pa.array(seg_no))
+        lineage.write(segs)
+        write_buckets(segs, layout.id_parts(segs["doc_id"].to_pylist(), task["by_doc_parts"]),
+                      by_doc_dir / f"shard-{s:05d}-{bucket:07d}.parquet")
+        lengths = pc.cast(pc.subtract(segs["sample_token_end"], segs["sample_token_start"]), pa.int64())
+        grouped = pa.table({"source": segs["source"], "tokens": lengths}).group_by("source").aggregate(
+            [("tokens", "sum")])
+        for src, n in zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()):
+            by_source[src] = by_source.get(src, 0) + int(n)
     if writer.rows != stop - first:
         raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
     writer.close()
@@ -587,24 +651,10 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
 
     from pipeline.executor import current_node
 
-    lineage = pa.concat_tables(segment_tables) if segment_tables else None
-    result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": {}, "segments": 0,
-                              "node": current_node()}
-    if lineage is not None:
-        lineage = lineage.sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
-        si = lineage["sample_index"].to_numpy()
-        starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1]
-        seg_no = (np.arange(len(si)) - np.repeat(starts, np.diff(np.r_[starts, len(si)]))).astype(np.int32)
-        lineage = lineage.add_column(1, "segment", pa.array(seg_no))
-        rel = f"{layout.LINEAGE}/{layout.part_name(s)}"
-        result["files"][rel] = _write_table(lineage, tmp / rel, LINEAGE_ROW_GROUP)
-        write_buckets(lineage, layout.id_parts(lineage["doc_id"].to_pylist(), task["by_doc_parts"]),
-                      Path(task["spill"]) / "by_doc" / f"shard-{s:05d}.parquet")
-        lengths = pc.cast(pc.subtract(lineage["sample_token_end"], lineage["sample_token_start"]), pa.int64())
-        grouped = pa.table({"source": lineage["source"], "tokens": lengths}).group_by("source").aggregate(
-            [("tokens", "sum")])
-        result["tokens_by_source"] = dict(zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()))
-        result["segments"] = lineage.num_rows
+    result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": by_source,
+                              "segments": lineage.rows, "node": current_node()}
+    if lineage.close():
+        result["files"][rel] = _sha256(tmp / rel)
     _write_json(result, marker)
     return result
 
@@ -814,7 +864,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         starts[j] = running
         running += counts[j]
     segments_estimate = copies + total
-    by_doc_parts = layout.parts_for(segments_estimate * 150, out_cfg.table_part_bytes)
+    # ~300 bytes per lineage row in memory (ids, source, file and the decisions)
+    by_doc_parts = layout.parts_for(segments_estimate * 300, out_cfg.table_part_bytes)
     shard_tasks = []
     for s, first in enumerate(range(0, total, rows_per_shard)):
         stop = min(total, first + rows_per_shard)
@@ -844,8 +895,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     shutil.rmtree(spill / "segments", ignore_errors=True)
 
     # phase 4: lineage by document
-    by_doc_files = [str(spill / "by_doc" / f"shard-{s:05d}.parquet") for s in range(len(shard_tasks))
-                    if written[s]["segments"]]
+    by_doc_files = [str(f) for f in sorted((spill / "by_doc").glob("shard-*.parquet"))]
     lineage_files = sorted(k for k in files if k.startswith(layout.LINEAGE + "/"))
     schema = unify([pq.read_schema(tmp / k) for k in lineage_files])
     by_doc_tasks = [{"kind": "by_doc", "part": j, "spill_files": by_doc_files, "schema": _schema_b64(schema),

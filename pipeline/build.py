@@ -517,6 +517,7 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         stage = stage_class(name)(stage_cfg, ctx)
         state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
                  "fit_seconds": round(time.perf_counter() - t0, 2)}
+        stage.release()
         del stage
         release_memory()  # what the fit held is not kept under the next stage's
         write_json_atomic(state, out_dir / STATE)

@@ -152,7 +152,9 @@ class OutputConfig(_Strict):
         table_part_bytes: target size of one part of ``documents/``,
             ``decisions/<stage>/`` and ``lineage_by_doc/`` (text bytes; parts
             are a power of two in number, split by id hash). A part is one
-            task's working set and one file.
+            task's working set (~3x its bytes, sorted in memory) and one
+            file: 32 MiB keeps that task near the size of the others; 1 TB of
+            kept text is then ~30,000 parts, as many as partitions.
     """
 
     seq_length: int = pydantic.Field(2048, ge=8)
@@ -160,7 +162,7 @@ class OutputConfig(_Strict):
     packing: Literal["concat_split", "best_fit"] = "concat_split"
     order_bucket_tokens: int = pydantic.Field(16 * 1024 * 1024, ge=16, le=1 << 30)
     shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
-    table_part_bytes: int = pydantic.Field(128 * 1024 * 1024, ge=1024, le=1 << 30)
+    table_part_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024, le=1 << 30)
 
     @pydantic.model_validator(mode="after")
     def _bucket_fits_32_bit_offsets(self):

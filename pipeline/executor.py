@@ -284,6 +284,8 @@ def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = ""
 
         # One stage at a time: the previous stage's models (KenLM, fastText,
         # the tokenizer) are not kept for the rest of the build.
+        for old in _STAGE_CACHE.values():
+            old.release()
         _STAGE_CACHE.clear()
         cls = stage_class(name)
         _STAGE_CACHE[key] = cls(cls.Config.model_validate_json(config_json), ctx)

@@ -319,6 +319,12 @@ class Stage:
         """Return ``table`` with this stage's columns, ``keep`` and ``reason``."""
         raise NotImplementedError
 
+    def release(self) -> None:
+        """Free what this stage keeps in the process beyond the object itself
+        (module-level caches of models): called by the build when a process
+        is done with the stage (after ``fit`` in the driver, when a worker
+        moves on to another stage). Default: nothing."""
+
 
 def with_decision(table: pa.Table, columns: dict[str, pa.Array | list],
                   reasons: Iterable[str | None]) -> pa.Table:

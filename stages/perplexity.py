@@ -786,6 +786,13 @@ class PerplexityStage(Stage):
         return {"reference_source": cfg.reference_source, "order": cfg.order,
                 "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped}
 
+    def release(self) -> None:
+        """Drop the KenLM models and tokenizers cached in this process (the
+        models grow with the reference text)."""
+        _load_model.cache_clear()
+        _load_tokenizer.cache_clear()
+        _words_tokenizer.cache_clear()
+
     def _models(self) -> dict[str, Any]:
         if self._models_json is None:
             path = Path(self.ctx.work_dir) / "models.json"
