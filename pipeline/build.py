@@ -22,9 +22,18 @@ phases, each a function that owns its outputs:
    resolved config and the quarantine list.
 4. :func:`manifest_phase`: the accounting check and ``manifest.json``
    (``pipeline.manifest``), then ``report.html``.
-5. :func:`publish_phase`: rename the temporary directory to
-   ``corpora/<VERSION>/``. An existing version is never overwritten
-   (:class:`VersionExistsError`).
+5. :func:`publish_phase`: check that the temporary directory is a whole
+   version (:func:`check_complete`), then rename it to ``corpora/<VERSION>/``.
+   An existing version is never overwritten (:class:`VersionExistsError`).
+
+A build holds its version's lock (``corpora/.lock-<VERSION>``,
+:mod:`pipeline.lock`) from before it writes anything until it ends: a second
+build of the same version stops at once with :class:`VersionLockedError`; a
+lock left by a dead process of this host is taken over. Where ``corpora/``
+is comes from :func:`pipeline.location.corpora_root` (``--corpora-root``,
+``$MINDCORPUS_CORPORA_DIR``, the config's ``corpora_dir``), the rule every
+command and the loader use. Credentials in the config never reach the
+published files or the run log (:mod:`pipeline.redact`).
 """
 
 from __future__ import annotations
@@ -48,14 +57,19 @@ from pipeline.assemble import BuildError, assemble
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
 from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
                                release_memory, write_json_atomic, write_table_atomic)
-from pipeline.manifest import MANIFEST, build_manifest, sha256_file
+from pipeline.location import config_base
+from pipeline.location import corpora_root as corpora_root_for
+from pipeline.lock import VersionLock, VersionLockedError
+from pipeline.lock import describe as describe_lock
+from pipeline.manifest import MANIFEST, MANIFEST_DIGEST, build_manifest, sha256_file, write_manifest
+from pipeline.redact import redact, secret_values
 from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
                               resolve_paths)
 from pipeline.runlog import RunLog, crash_point
 from stages import STAGES, stage_class
 from stages.base import KEEP, REASON, PartitionRef, Partitions, StageContext, read_view
 
-__all__ = ["BuildError", "BuildResult", "VersionExistsError", "build"]
+__all__ = ["BuildError", "BuildResult", "VersionExistsError", "VersionLockedError", "build"]
 
 DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
 STATE = "_STATE.json"
@@ -621,7 +635,8 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
                 with open(path, "rb") as in_fh:
                     shutil.copyfileobj(in_fh, out_fh)
     shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / layout.TOKENIZER)
-    (tmp / layout.CONFIG).write_text(yaml.safe_dump(config_dict(cfg), sort_keys=True, allow_unicode=True),
+    # Credentials (storage_options keys, tokens, ...) are not published (pipeline.redact).
+    (tmp / layout.CONFIG).write_text(yaml.safe_dump(redact(config_dict(cfg)), sort_keys=True, allow_unicode=True),
                                      encoding="utf-8")
     # Tokenizer coverage report on the held-out split, inside the version (hashed in "files").
     from pipeline.tokenizer_report import build_report
@@ -632,7 +647,7 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
     written = set(out["files"])
     # Written after the manifest (or a run fact): never in its "files", also
     # when an earlier attempt left them here before it was killed.
-    later = {MANIFEST, layout.REPORT, layout.RUN_LOG}
+    later = {MANIFEST, MANIFEST_DIGEST, layout.REPORT, layout.RUN_LOG}
     for p in sorted(tmp.rglob("*")):
         rel = p.relative_to(tmp).as_posix()
         if p.is_file() and rel not in written and rel not in later and not rel.startswith(layout.SHARDS + "/"):
@@ -669,14 +684,16 @@ def accounting(ingested: Ingested, staged: Staged, assembled: dict[str, Any]) ->
 
 def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, staged: Staged,
                    assembled: dict[str, Any], tmp: Path, run: dict[str, Any], runlog: RunLog) -> dict[str, Any]:
-    """Phase 4: check the accounting, write ``manifest.json`` and
+    """Phase 4: check the accounting, write ``manifest.json`` (credentials
+    redacted, :mod:`pipeline.redact`), its digest ``manifest.sha256`` and
     ``report.html`` into ``tmp``. Returns the manifest."""
     manifest = build_manifest(version=version, cfg=cfg, inputs=ingested.inputs, quarantine=ingested.quarantine,
                               ingest_counts=ingested.counts, partitions=len(ingested.parts),
                               stage_reports=staged.reports,
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
                               run={**run, "config_file": str(config_path)})
-    write_json_atomic(manifest, tmp / MANIFEST)
+    manifest = redact(manifest, runlog.secrets)
+    write_manifest(manifest, tmp)  # and its digest, manifest.sha256
     runlog.event("manifest_written", None)
     # The page shows run facts (times, memory): derived from the manifest, not hashed in it.
     from pipeline.report import write_report
@@ -686,15 +703,89 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
     return manifest
 
 
-def publish_phase(tmp: Path, final: Path, runlog: RunLog, wall_seconds: float) -> None:
-    """Phase 5: rename ``tmp`` to ``final`` (never over an existing version)."""
+def check_complete(tmp: Path, manifest: dict[str, Any]) -> None:
+    """Check that ``tmp`` holds a whole version before it is published: the
+    manifest and its digest (matching), every shard with its byte size and its
+    ``.db`` index, one lineage part per shard, every file the manifest's
+    ``files`` lists, the tokenizer, config, quarantine list, report and run log.
+    Sizes and presence only: the digests were taken as each file was written
+    (``verify`` re-hashes).
+
+    Raises:
+        BuildError: something is missing or has the wrong size; the message
+            names the first few and the total.
+    """
+    from pipeline.manifest import check_manifest_digest
+
+    problems = []
+    bad_digest = check_manifest_digest(tmp, required=True)
+    if bad_digest:
+        problems.append(bad_digest)
+    for shard in manifest.get("shards") or []:
+        path = tmp / shard["name"]
+        if not path.is_file():
+            problems.append(f"{shard['name']} is missing")
+        elif "bytes" in shard and path.stat().st_size != shard["bytes"]:
+            problems.append(f"{shard['name']} has {path.stat().st_size} bytes, the manifest says {shard['bytes']}")
+        db = Path(f"{path}.db")
+        if not db.is_file() or db.stat().st_size == 0:
+            problems.append(f"{shard['name']}.db is missing or empty")
+    if not manifest.get("shards"):
+        problems.append("the manifest lists no shard")
+    lineage = [f"{layout.LINEAGE}/{layout.part_name(i)}" for i in range(len(manifest.get("shards") or []))]
+    needed = [*lineage, *(manifest.get("files") or {}), layout.TOKENIZER, layout.CONFIG, layout.QUARANTINE,
+              layout.REPORT, layout.RUN_LOG]
+    problems += [f"{rel} is missing" for rel in dict.fromkeys(needed) if not (tmp / rel).is_file()]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise BuildError(f"{tmp} is not a complete version, not published: {shown}")
+
+
+def _copy_run_log(src: Path, dst: Path, secrets: set[str]) -> None:
+    """Copy the run log line by line, each record redacted (lines written by
+    earlier attempts too)."""
+    from pipeline.redact import redact, scrub_text
+
+    with open(src, encoding="utf-8", errors="replace") as fin, open(dst, "w", encoding="utf-8") as fout:
+        for line in fin:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                fout.write(scrub_text(line.rstrip("\n"), secrets) + "\n")
+                continue
+            fout.write(json.dumps(redact(record, secrets), ensure_ascii=False, default=str) + "\n")
+
+
+def publish_phase(tmp: Path, final: Path, runlog: RunLog, wall_seconds: float,
+                  manifest: dict[str, Any] | None = None, lock=None) -> None:
+    """Phase 5: rename ``tmp`` to ``final``, never over an existing version,
+    only while this build holds the version's lock and only when ``tmp`` is
+    complete (:func:`check_complete`). "published" is printed after the
+    rename.
+
+    Raises:
+        VersionExistsError: ``final`` appeared meanwhile (``tmp`` stays).
+        BuildError: the lock is no longer this build's, or ``tmp`` is not
+            complete.
+    """
     crash_point("assemble", 0)
+    if lock is not None and not lock.held():
+        raise BuildError(f"{lock.path} no longer holds this build's lock (removed by hand?): not publishing "
+                         f"{final}; the build stays in {tmp}")
     if final.exists():
         raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}")
-    runlog.event("publish", f"published {final}", version_dir=str(final), wall_seconds=wall_seconds)
+    runlog.event("publish", None, version_dir=str(final), wall_seconds=wall_seconds)
     # The run log is a run fact: copied in, not hashed in the manifest.
-    shutil.copyfile(runlog.path, tmp / layout.RUN_LOG)
-    os.replace(tmp, final)
+    _copy_run_log(runlog.path, tmp / layout.RUN_LOG, runlog.secrets)
+    if manifest is not None:
+        check_complete(tmp, manifest)
+    try:
+        os.rename(tmp, final)  # a non-empty `final` makes this fail: never replaced
+    except OSError as exc:
+        if final.exists():
+            raise VersionExistsError(f"{final} appeared during the build; the new build stays in {tmp}") from None
+        raise
+    runlog.echo(f"published {final}")
 
 
 # --------------------------------------------------------------------------- build
@@ -713,8 +804,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
         config_path: the config file; default ``configs/<version>.yaml`` if it
             exists, else ``configs/default.yaml``.
-        corpora_root: where versions live; default the config's ``corpora_dir``
-            relative to the repo root.
+        corpora_root: where versions live; default ``$MINDCORPUS_CORPORA_DIR``,
+            else the config's ``corpora_dir`` relative to the repo root
+            (:func:`pipeline.location.corpora_root`).
         num_workers: override ``executor.num_workers``.
         log: a ``print``-like function for progress lines.
         strict: any quarantined input record stops the build after ingest.
@@ -725,6 +817,8 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     Raises:
         ConfigError: invalid config (nothing was done).
         VersionExistsError: the version already exists (nothing was done).
+        VersionLockedError: another build of this version runs (or another
+            host's lock is there; nothing was done).
         BuildError: ``strict`` and some input was quarantined, or the inputs
             leave nothing to write.
         PartitionError: a stage failed on some partitions (the others finished).
@@ -734,22 +828,35 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)
-    base = config_path.resolve().parent.parent if config_path.resolve().parent.name == "configs" else REPO_ROOT
-    root = Path(corpora_root) if corpora_root else (base / cfg.corpora_dir)
+    base = config_base(config_path)
+    root = corpora_root_for(corpora_root, config_path, version, corpora_dir=cfg.corpora_dir).path
     final = root / version
     if final.exists():
         raise VersionExistsError(f"{final} already exists: published versions are never overwritten "
                                  "(choose a new VERSION, or remove that directory yourself)")
     inputs = list_inputs(cfg, base)
-    work = root / ".work" / version
-    tmp = root / f".tmp-{version}"
-    work.mkdir(parents=True, exist_ok=True)
-    runlog = RunLog(work, log)
+    secrets = secret_values(config_dict(cfg))
+    lock = VersionLock.acquire(root, version)  # before anything is written for this version
+    try:
+        if final.exists():  # published by the build that held the lock before this one
+            raise VersionExistsError(f"{final} was published by another build meanwhile: published versions "
+                                     "are never overwritten (choose a new VERSION)")
+        work = root / ".work" / version
+        tmp = root / f".tmp-{version}"
+        work.mkdir(parents=True, exist_ok=True)
+        runlog = RunLog(work, log, secrets=secrets)
+    except BaseException:
+        lock.release()
+        raise
     workers = num_workers or cfg.executor.num_workers
     try:
         runlog.event("build_start", f"building {version} from {config_path} ({len(inputs)} input files) in {work}",
                      version=version, config=str(config_path), config_hash=config_hash(cfg),
-                     inputs=len(inputs), workers=workers, pid=os.getpid())
+                     inputs=len(inputs), workers=workers, pid=os.getpid(), lock=str(lock.path))
+        if lock.taken_over is not None:
+            runlog.event("lock_taken_over", f"took over the stale lock {lock.path} of "
+                         f"{describe_lock(lock.taken_over)} (that process no longer runs)",
+                         stale_lock=lock.taken_over)
         timings: dict[str, float] = {}
         with make_executor(cfg.executor, workers) as executor:
             t0 = time.perf_counter()
@@ -769,10 +876,11 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
                "executor": cfg.executor.kind, "num_workers": workers, "task_nodes": nodes,
                "shard_nodes": assembled["shard_nodes"]}
         manifest = manifest_phase(version, cfg, config_path, ingested, staged, assembled, tmp, run, runlog)
-        publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"])
+        publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"], manifest, lock)
         return BuildResult(final, manifest)
     except BaseException as exc:
         runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}")
         raise
     finally:
         runlog.close()
+        lock.release()

@@ -3,6 +3,12 @@
 Commands: ``build``, ``inspect VERSION``, ``lineage VERSION --step N
 --global-batch B`` (or ``--doc ID``), ``diff V1 V2``, ``verify VERSION``.
 Errors print one clear line and exit non-zero.
+
+Every command finds versions by the rule of :mod:`pipeline.location`
+(``--corpora-root``, ``$MINDCORPUS_CORPORA_DIR``, ``--config``'s
+``corpora_dir``), as ``build`` does. Text that comes from a corpus (document
+text, ids, names) is printed through :mod:`pipeline.terminal`: control
+characters are shown as escapes, never sent to the terminal raw.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.report import PLAN_DEFAULTS  # noqa: E402 - light: matplotlib is imported on use
+from pipeline.terminal import markup, visible, visible_json
 
 # Training-time plan options, shared by `inspect` and `report` (defaults: pipeline.report).
 PlanParams = Annotated[float, typer.Option(help="training plan: model parameters N")]
@@ -24,6 +31,12 @@ PlanAccelerators = Annotated[int, typer.Option(help="training plan: accelerator 
 PlanPeak = Annotated[float, typer.Option(help="training plan: peak FLOP/s per accelerator")]
 PlanMfu = Annotated[float, typer.Option(help="training plan: model FLOPs utilization")]
 PlanOverhead = Annotated[float, typer.Option(help="training plan: planned / ideal time")]
+# Where versions live (pipeline.location), shared by every command that reads one.
+CorporaRootOption = Annotated[Path | None, typer.Option(help="where versions live (default "
+                                                             "$MINDCORPUS_CORPORA_DIR, else the config's corpora_dir)")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="the config whose corpora_dir applies "
+                                                                    "(default configs/<VERSION>.yaml, else "
+                                                                    "configs/default.yaml)")]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="mindcorpus: build, inspect and trace versioned MindRecord corpora.")
@@ -40,16 +53,10 @@ def _error(message: str) -> None:
     err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
 
 
-def _corpora_root(root: Path | None) -> Path:
-    from pipeline.config import REPO_ROOT
-
-    return root if root is not None else REPO_ROOT / "corpora"
-
-
 def summary_table(manifest: dict[str, Any]) -> Table:
     """Per stage: documents in, kept, dropped, characters kept, seconds; then
     one row per drop reason with its count and share of the stage's input."""
-    table = Table(title=f"corpus {manifest['version']}: per-stage summary")
+    table = Table(title=f"corpus {markup(manifest['version'])}: per-stage summary")
     table.add_column("stage / drop reason", no_wrap=True)
     for col in ("docs in", "kept", "dropped", "chars kept", "seconds"):
         table.add_column(col, justify="right")
@@ -63,10 +70,10 @@ def summary_table(manifest: dict[str, Any]) -> Table:
         tot = manifest["stages"][name]["totals"]
         rows.append((name, tot["documents_in"], tot["kept"], tot["kept_chars"], tot["dropped"]))
     for name, n_in, kept, chars, reasons in rows:
-        table.add_row(name, f"{n_in:,}", f"{kept:,}", f"{n_in - kept:,}", f"{chars:,}",
+        table.add_row(markup(name), f"{n_in:,}", f"{kept:,}", f"{n_in - kept:,}", f"{chars:,}",
                       f"{secs.get(name, 0):.1f}", style="bold")
         for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
-            table.add_row(f"  {reason}", "", "", f"{count:,}", f"{count / max(n_in, 1):.1%} of in", "",
+            table.add_row(f"  {markup(reason)}", "", "", f"{count:,}", f"{count / max(n_in, 1):.1%} of in", "",
                           style="dim")
     return table
 
@@ -77,7 +84,7 @@ def output_table(manifest: dict[str, Any]) -> Table:
     for col in ("source", "available tokens", "target share", "realized tokens", "realized share"):
         table.add_column(col, justify="right" if col != "source" else "left")
     for src, m in manifest["mixture"].get("per_source", {}).items():
-        table.add_row(src, f"{m.get('available_tokens', 0):,}", f"{m.get('target_share', 0):.3f}",
+        table.add_row(markup(src), f"{m.get('available_tokens', 0):,}", f"{m.get('target_share', 0):.3f}",
                       f"{m.get('realized_tokens', 0):,}", f"{m.get('realized_share', 0):.3f}")
     acc = manifest["accounting"]
     table.caption = (f"{manifest['num_samples']:,} samples x {manifest['seq_length'] + 1} tokens = "
@@ -92,19 +99,20 @@ def build(
     version: Annotated[str, typer.Option("--version", "-v", help="version name, e.g. v1")],
     config: Annotated[Path | None, typer.Option(help="config file (default configs/<VERSION>.yaml, "
                                                       "else configs/default.yaml)")] = None,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
     workers: Annotated[int | None, typer.Option(help="override executor.num_workers")] = None,
     strict: Annotated[bool, typer.Option(help="stop after ingest if any input record was quarantined")] = False,
 ) -> None:
     """Build corpora/VERSION and print the per-stage summary table."""
-    from pipeline.build import BuildError, VersionExistsError, build as run_build
+    from pipeline.build import BuildError, VersionExistsError, VersionLockedError, build as run_build
     from pipeline.config import ConfigError
     from pipeline.executor import PartitionError
 
     try:
         result = run_build(version, config, corpora_root, workers, strict=strict,
-                           log=lambda m: err.print(m, highlight=False, markup=False, soft_wrap=True))
-    except (ConfigError, VersionExistsError, BuildError, FileNotFoundError, PartitionError) as exc:
+                           log=lambda m: err.print(visible(m), highlight=False, markup=False, soft_wrap=True))
+    except (ConfigError, VersionExistsError, VersionLockedError, BuildError, FileNotFoundError,
+            PartitionError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
@@ -114,20 +122,43 @@ def build(
                   f"{run['peak_rss']['driver_mb']:.0f} MB, largest worker {run['peak_rss']['largest_worker_mb']:.0f} MB")
 
 
-def _version_dir(version: str, corpora_root: Path | None) -> Path:
-    path = Path(version)
-    if not (path / "manifest.json").exists():
-        path = _corpora_root(corpora_root) / version
-    if not (path / "manifest.json").exists():
-        _error(f"no corpus version {version!r} (looked for {path}/manifest.json)")
-        raise typer.Exit(2)
-    return path
+def _version_dir(version: str, corpora_root: Path | None, config: Path | None = None) -> Path:
+    """The version's directory (:func:`pipeline.location.resolve_version`);
+    exit 2 with one line when there is none."""
+    from pipeline.location import resolve_version
+
+    try:
+        return resolve_version(version, corpora_root, config)
+    except (FileNotFoundError, ValueError) as exc:
+        _error(visible(exc))
+        raise typer.Exit(2) from None
+
+
+def _manifest(arg, read):
+    """``read(arg)``; a corrupt manifest (``ManifestError``, a ValueError)
+    exits 2 with its one line instead of a traceback."""
+    try:
+        return read(arg)
+    except ValueError as exc:
+        _error(visible(exc))
+        raise typer.Exit(2) from None
+
+
+def _print(text: str, end: str = "\n") -> None:
+    """Plain text from a corpus to stdout, control characters visible."""
+    print(visible(text), end=end)
+
+
+def _print_json(data: Any) -> None:
+    """JSON to stdout; no raw control character reaches the terminal."""
+    print(visible_json(json.dumps(data, indent=2, ensure_ascii=False, default=str)))
 
 
 @app.command()
 def inspect(
     version: str,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the manifest (or the examples)")] = False,
     stage: Annotated[str | None, typer.Option(help="print random examples this stage dropped "
                                                      "(or kept, with --kept)")] = None,
@@ -147,23 +178,23 @@ def inspect(
     measurements."""
     from pipeline.manifest import load_manifest
 
-    vdir = _version_dir(version, corpora_root)
+    vdir = _version_dir(version, corpora_root, config)
     if stage is not None:
         from pipeline.examples import format_examples, sample_examples
 
         try:
             rows = sample_examples(vdir, stage, reason, n, kept, seed)
         except ValueError as exc:
-            _error(f"{exc}")
+            _error(visible(exc))
             raise typer.Exit(2) from None
         if as_json:
-            print(json.dumps(rows, indent=2, ensure_ascii=False))
+            _print_json(rows)
         else:
-            print(format_examples(rows, stage, chars))
+            _print(format_examples(rows, stage, chars))
         return
-    manifest = load_manifest(vdir)
+    manifest = _manifest(vdir, load_manifest)
     if as_json:
-        print(json.dumps(manifest, indent=2, ensure_ascii=False))
+        _print_json(manifest)
         return
     console.print(summary_table(manifest))
     console.print(output_table(manifest))
@@ -199,7 +230,8 @@ def report(
     compare: Annotated[str | None, typer.Option(help="a second version shown side by side")] = None,
     out: Annotated[Path | None, typer.Option(help="output file (default: <version>/report.html, or "
                                                   "reports/<V>-vs-<OTHER>.html with --compare)")] = None,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
     model_params: PlanParams = 7e9,
     accelerators: PlanAccelerators = 128,
     peak_flops: PlanPeak = PLAN_DEFAULTS["peak_flops"],
@@ -210,14 +242,18 @@ def report(
     from pipeline.config import REPO_ROOT
     from pipeline.report import write_report
 
-    vdir = _version_dir(version, corpora_root)
-    other = _version_dir(compare, corpora_root) if compare else None
+    vdir = _version_dir(version, corpora_root, config)
+    other = _version_dir(compare, corpora_root, config) if compare else None
     if out is None and other is not None:
         out = REPO_ROOT / "reports" / f"{vdir.name}-vs-{other.name}.html"
         out.parent.mkdir(parents=True, exist_ok=True)
-    path = write_report(vdir, other, out, model_params=model_params, accelerators=accelerators,
-                        peak_flops=peak_flops, mfu=mfu, overhead=overhead)
-    console.print(f"wrote {path}")
+    try:
+        path = write_report(vdir, other, out, model_params=model_params, accelerators=accelerators,
+                            peak_flops=peak_flops, mfu=mfu, overhead=overhead)
+    except ValueError as exc:  # a corrupt manifest (pipeline.manifest.ManifestError)
+        _error(visible(exc))
+        raise typer.Exit(2) from None
+    console.print(f"wrote {markup(path)}", highlight=False)
 
 
 @app.command()
@@ -232,14 +268,15 @@ def lineage(
     show_text: Annotated[bool, typer.Option(help="print the first 200 characters of each document "
                                                   "(its start, not the piece in the sample)")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """The documents in a training step's global batch (or steps STEP-K..STEP+K),
     in loader order; with --doc ID, the samples and steps that hold a document."""
     from pipeline.lineage import (DEFAULT_TEXT_CHARS, format_document_lineage, format_lineage,
                                   lineage_for_document, lineage_for_step)
 
-    vdir = _version_dir(version, corpora_root)
+    vdir = _version_dir(version, corpora_root, config)
     if (step is None) == (doc is None):
         _error("give exactly one of --step N or --doc ID")
         raise typer.Exit(2)
@@ -251,16 +288,16 @@ def lineage(
             result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
                                       text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
     except ValueError as exc:
-        _error(f"{exc}")
+        _error(visible(exc))
         raise typer.Exit(2) from None
     if as_json:
-        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+        _print_json(result)
     elif doc is not None:
-        print(format_document_lineage(result, show_text=show_text), end="")
+        _print(format_document_lineage(result, show_text=show_text), end="")
         if not result["pieces"]:
             raise typer.Exit(1)
     else:
-        print(format_lineage(result, show_text=show_text), end="")
+        _print(format_lineage(result, show_text=show_text), end="")
 
 
 @app.command()
@@ -268,36 +305,39 @@ def diff(
     version_a: str,
     version_b: str,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
 ) -> None:
     """What changed from VERSION_A to VERSION_B: config keys, counts, and the
     documents added and removed per source."""
     from pipeline.versions import diff_versions, format_diff
 
-    result = diff_versions(_version_dir(version_a, corpora_root), _version_dir(version_b, corpora_root))
+    dirs = _version_dir(version_a, corpora_root, config), _version_dir(version_b, corpora_root, config)
+    result = _manifest(dirs, lambda d: diff_versions(*d))
     if as_json:
-        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+        _print_json(result)
     else:
-        print(format_diff(result), end="")
+        _print(format_diff(result), end="")
 
 
 @app.command()
 def verify(
     version: str,
-    corpora_root: Annotated[Path | None, typer.Option(help="where versions live")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
 ) -> None:
-    """Re-hash every shard and file of VERSION against its manifest; exit 1
-    naming each one that differs."""
+    """Check VERSION's manifest against manifest.sha256, then re-hash every
+    shard and file against the manifest; exit 1 with one line per problem,
+    naming the file."""
     from pipeline.versions import verify_version
 
-    result = verify_version(_version_dir(version, corpora_root))
-    for name in result["bad_shards"]:
-        print(f"BAD shard {name}: missing or SHA-256 differs from the manifest")
-    for name in result["bad_files"]:
-        print(f"BAD file {name}: missing or SHA-256 differs from the manifest")
+    result = verify_version(_version_dir(version, corpora_root, config))
+    for p in result["problems"]:
+        _print(f"BAD {p['kind']} {p['file']}: {p['reason']}")
     if not result["ok"]:
         raise typer.Exit(1)
-    print(f"ok: {result['checked_shards']} shards and {result['checked_files']} files match the manifest")
+    print(f"ok: manifest.json matches manifest.sha256; {result['checked_shards']} shards and "
+          f"{result['checked_files']} files match the manifest")
 
 
 @app.command("tokenizer-report")

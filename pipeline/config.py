@@ -281,5 +281,9 @@ def config_dict(cfg) -> dict[str, Any]:
 
 
 def config_hash(cfg) -> str:
-    """sha256 of the resolved config in canonical JSON (sorted keys)."""
-    return hashlib.sha256(json.dumps(config_dict(cfg), sort_keys=True).encode()).hexdigest()
+    """sha256 of the resolved config in canonical JSON (sorted keys), with
+    credentials redacted (``pipeline.redact``): the hash is published, and a
+    hash of a short password can be reversed by trying candidates."""
+    from pipeline.redact import redact
+
+    return hashlib.sha256(json.dumps(redact(config_dict(cfg)), sort_keys=True).encode()).hexdigest()

@@ -13,17 +13,26 @@ characters in, kept, dropped by reason, per source; what the stage learned),
 ``seq_length``, ``num_samples``, ``num_tokens``, ``shards`` (name, sha256,
 rows, bytes), ``layout`` (how the split tables are cut, ``pipeline.layout``),
 ``files`` (sha256 of the other files of the version), ``run``.
+
+The manifest has its own digest: ``manifest.sha256`` next to it, in
+``sha256sum`` format (``<hex>  manifest.json``), written with it
+(:func:`write_manifest`) and checked by ``verify``
+(:func:`check_manifest_digest`) and by the loader; ``sha256sum -c
+manifest.sha256`` checks it too. It guards against corruption and edits, not
+against someone who rewrites both files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest.sha256"
 # 2: split tables (lineage/, documents/, ..., pipeline.layout), "layout" section.
 MANIFEST_FORMAT = 2
 
@@ -50,16 +59,111 @@ def code_commit(repo: Path) -> str:
     return head + ("-dirty" if dirty else "")
 
 
+class ManifestError(ValueError):
+    """``manifest.json`` (or its digest) cannot be trusted; the message is one
+    line naming the file and what is wrong."""
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    """The bytes of ``manifest.json``: UTF-8 JSON, sorted keys, 2-space indent,
+    final newline (the form the digest is taken of)."""
+    return (json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _write_atomic(data: bytes, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_manifest(manifest: dict[str, Any], version_dir: Path) -> str:
+    """Write ``manifest.json`` and its digest ``manifest.sha256`` into
+    ``version_dir`` (each atomically; the digest last).
+
+    Returns:
+        The hex sha256 of the manifest's bytes.
+    """
+    data = manifest_bytes(manifest)
+    digest = hashlib.sha256(data).hexdigest()
+    _write_atomic(data, Path(version_dir) / MANIFEST)
+    _write_atomic(f"{digest}  {MANIFEST}\n".encode("ascii"), Path(version_dir) / MANIFEST_DIGEST)
+    return digest
+
+
+def check_manifest_digest(version_dir: Path, required: bool = True) -> str | None:
+    """Compare ``manifest.json`` with ``manifest.sha256``.
+
+    Args:
+        required: a missing ``manifest.sha256`` is a problem (``verify``);
+            with False it is accepted (the loader, for versions written
+            before manifests had a digest).
+
+    Returns:
+        None when they match (or the digest is absent and not required),
+        else one line naming the file and the problem.
+    """
+    version_dir = Path(version_dir)
+    digest_path = version_dir / MANIFEST_DIGEST
+    try:
+        recorded = digest_path.read_bytes()
+    except FileNotFoundError:
+        return f"{MANIFEST_DIGEST}: missing, so {MANIFEST} cannot be checked" if required else None
+    except OSError as exc:
+        return f"{MANIFEST_DIGEST}: cannot read: {exc.strerror}"
+    fields = recorded.decode("ascii", "replace").split()
+    if len(fields) != 2 or fields[1].lstrip("*") != MANIFEST or len(fields[0]) != 64 \
+            or any(c not in "0123456789abcdef" for c in fields[0]):
+        return f"{MANIFEST_DIGEST}: not a '<sha256>  {MANIFEST}' line"
+    try:
+        actual = sha256_file(version_dir / MANIFEST)
+    except OSError as exc:
+        return f"{MANIFEST}: cannot read: {exc.strerror}"
+    if actual != fields[0]:
+        return f"{MANIFEST}: SHA-256 differs from {MANIFEST_DIGEST} (edited or corrupt)"
+    return None
+
+
+def parse_manifest(data: bytes, where: str | Path = MANIFEST) -> dict[str, Any]:
+    """Decode manifest bytes.
+
+    Raises:
+        ManifestError: not UTF-8, not JSON, or not a JSON object (one line,
+            naming ``where``).
+    """
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{where}: not UTF-8 (byte {exc.start}): corrupt manifest") from None
+    except json.JSONDecodeError as exc:
+        raise ManifestError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
+                            "corrupt manifest") from None
+    except RecursionError:
+        raise ManifestError(f"{where}: nested too deeply to be a manifest") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{where}: not a JSON object (a {type(manifest).__name__})")
+    return manifest
+
+
 def load_manifest(version_dir: Path) -> dict[str, Any]:
-    """Read ``<version_dir>/manifest.json``.
+    """Read ``<version_dir>/manifest.json``, checked against
+    ``manifest.sha256`` when that file is there (versions written before the
+    digest existed have none).
 
     Raises:
         FileNotFoundError: not a published version directory.
+        ManifestError: the digest differs (an edited or corrupt manifest), or
+            the file is not a JSON object; the message names the file.
     """
     path = Path(version_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{version_dir} is not a corpus version (no {MANIFEST})")
-    return json.loads(path.read_text(encoding="utf-8"))
+    problem = check_manifest_digest(Path(version_dir), required=False)
+    if problem:
+        raise ManifestError(f"{Path(version_dir)}/{problem}")
+    return parse_manifest(path.read_bytes(), path)
 
 
 def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -66,20 +66,29 @@ class RunLog:
     Args:
         work_dir: the build's work directory (``corpora/.work/<VERSION>``).
         echo: a ``print``-like function for human-readable lines.
+        secrets: credential values (``pipeline.redact.secret_values`` of the
+            config) scrubbed from every record and line; secret-looking keys
+            are redacted in any case (``pipeline.redact.redact``).
     """
 
-    def __init__(self, work_dir: Path, echo: Callable[[str], None] = print):
+    def __init__(self, work_dir: Path, echo: Callable[[str], None] = print, secrets: set[str] | None = None):
+        from pipeline.redact import scrub_text
+
         self.path = work_dir / "run.log.jsonl"
         self.heartbeat_path = work_dir / "heartbeat.json"
-        self.echo = echo
+        self.secrets = set(secrets or ())
+        self.echo = lambda message: echo(scrub_text(message, self.secrets))
         self._fh = open(self.path, "a", encoding="utf-8")
         self._last_beat = 0.0
         self.host = socket.gethostname()
 
     def event(self, event: str, message: str | None = None, **fields: Any) -> None:
         """Append ``{"ts", "event", "rss_mb", **fields}`` to the log (``rss_mb``:
-        the driver's resident memory then, MB); echo ``message``."""
-        record = {"ts": _now(), "event": event, "rss_mb": _rss_mb(), **fields}
+        the driver's resident memory then, MB), credentials redacted; echo
+        ``message``."""
+        from pipeline.redact import redact
+
+        record = redact({"ts": _now(), "event": event, "rss_mb": _rss_mb(), **fields}, self.secrets)
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
         if message:

@@ -6,8 +6,10 @@
   drops by reason, per-source mixture) and the documents added and removed per
   source (kept documents, by id, from each version's ``documents/``, one
   part pair at a time).
-* :func:`verify_version` - re-hash every shard (``.mindrecord`` and ``.db``)
-  and every other file the manifest lists; names each one that differs.
+* :func:`verify_version` - check ``manifest.json`` against its digest
+  ``manifest.sha256``, then re-hash every shard (``.mindrecord`` and ``.db``)
+  and every other file the manifest lists; names each one that differs, and
+  never raises on a corrupt file.
 
 Reads only the version directories (JSON, YAML, Parquet): no MindSpore import,
 nothing from ``stages/``.
@@ -24,7 +26,6 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline.manifest import load_manifest, sha256_file
-from pipeline.writer import verify_shards
 
 # Document ids listed per source and direction in a diff (the counts are always
 # complete); enough to look at a few in `lineage --doc`; our choice.
@@ -198,29 +199,109 @@ def format_diff(diff: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _inside(version_dir: Path, name: Any) -> Path | None:
+    """``version_dir / name`` when ``name`` is a relative path inside the
+    version directory, else None."""
+    if not isinstance(name, str) or not name:
+        return None
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts:
+        return None
+    return version_dir / rel
+
+
+def _digest_problem(path: Path, expected: Any) -> str | None:
+    """None when ``path`` is a file whose SHA-256 is ``expected``; else why not."""
+    if not path.is_file():
+        return "missing"
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None if actual == expected else "SHA-256 differs from the manifest"
+
+
 def verify_version(version_dir: str | Path) -> dict[str, Any]:
-    """Re-hash every shard and every other listed file against the manifest.
+    """Check a version against its manifest, and the manifest against its digest.
+
+    In order: ``manifest.json`` against ``manifest.sha256`` (an edited field
+    or a flipped byte fails); the manifest must parse and have the expected
+    shape; then every shard (data file and ``.db``, SHA-256 and, when
+    recorded, ``db_sha256``) and every file of ``files``. Never raises on a
+    corrupt file: each problem is one entry naming the file.
 
     Returns:
-        ``{"ok": bool, "bad_shards": [shard names], "bad_files": [paths],
-        "checked_shards": n, "checked_files": n}``. A shard is bad when its
-        data file or ``.db`` is missing or its SHA-256 differs
-        (:func:`pipeline.writer.verify_shards`); a file of the manifest's
-        ``files`` when it is missing or differs.
+        ``{"ok": bool, "problems": [{"file", "kind", "reason"}], "bad_shards":
+        [shard names], "bad_files": [paths], "checked_shards": n,
+        "checked_files": n}``; ``kind`` is ``manifest``, ``shard`` or
+        ``file``. ``ok`` is True only when there is no problem.
 
     Raises:
-        FileNotFoundError: not a version directory.
-        KeyError: the manifest has no ``shards``.
+        FileNotFoundError: not a version directory (no ``manifest.json``).
     """
+    from pipeline.manifest import MANIFEST, ManifestError, check_manifest_digest, parse_manifest
+
     version_dir = Path(version_dir)
-    manifest = load_manifest(version_dir)
-    bad_shards = verify_shards(version_dir, manifest)
-    bad_files = []
-    for name, digest in sorted(manifest.get("files", {}).items()):
-        path = version_dir / name
-        if name == "manifest.json":
+    path = version_dir / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{version_dir} is not a corpus version (no {MANIFEST})")
+    problems: list[dict[str, str]] = []
+    bad_shards: list[str] = []
+    bad_files: list[str] = []
+
+    def problem(kind: str, file: str, reason: str) -> None:
+        problems.append({"kind": kind, "file": file, "reason": reason})
+
+    def result(checked_shards: int = 0, checked_files: int = 0) -> dict[str, Any]:
+        return {"ok": not problems, "problems": problems, "bad_shards": bad_shards, "bad_files": bad_files,
+                "checked_shards": checked_shards, "checked_files": checked_files}
+
+    digest = check_manifest_digest(version_dir, required=True)
+    if digest:
+        name, _, reason = digest.partition(": ")
+        problem("manifest", name, reason)
+    try:
+        manifest = parse_manifest(path.read_bytes(), MANIFEST)
+    except OSError as exc:
+        problem("manifest", MANIFEST, f"cannot be read ({exc.strerror})")
+        return result()
+    except ManifestError as exc:
+        # One line for the file: why it does not parse, and the digest too.
+        also = [p["reason"] for p in problems if p["file"] == MANIFEST]
+        problems[:] = [p for p in problems if p["file"] != MANIFEST]
+        problem("manifest", MANIFEST, "; ".join([str(exc).partition(": ")[2], *also]))
+        return result()
+    shards, files = manifest.get("shards"), manifest.get("files", {})
+    if not isinstance(shards, list) or not all(isinstance(s, dict) for s in shards):
+        problem("manifest", MANIFEST, "'shards' is not a list of objects")
+        shards = []
+    if not isinstance(files, dict):
+        problem("manifest", MANIFEST, "'files' is not an object")
+        files = {}
+    for shard in shards:
+        name = shard.get("name")
+        data = _inside(version_dir, name)
+        if data is None or not isinstance(shard.get("sha256"), str):
+            problem("manifest", MANIFEST, f"shard entry {str(name)[:80]!r}: no usable name or sha256")
             continue
-        if not path.is_file() or sha256_file(path) != digest:
+        why = _digest_problem(data, shard["sha256"])
+        if why is None and "db_sha256" in shard:
+            why = _digest_problem(Path(f"{data}.db"), shard["db_sha256"])
+            why = why and f".db index {why}"
+        elif why is None and not Path(f"{data}.db").is_file():
+            why = ".db index missing"
+        if why:
+            bad_shards.append(name)
+            problem("shard", name, why)
+    for name, expected in sorted(files.items()):
+        if name == MANIFEST:
+            continue
+        target = _inside(version_dir, name)
+        if target is None:
+            problem("manifest", MANIFEST, f"file entry {str(name)[:80]!r} is outside the version directory")
+            continue
+        why = _digest_problem(target, expected)
+        if why:
             bad_files.append(name)
-    return {"ok": not bad_shards and not bad_files, "bad_shards": bad_shards, "bad_files": bad_files,
-            "checked_shards": len(manifest["shards"]), "checked_files": len(manifest.get("files", {}))}
+            problem("file", name, why)
+    return result(len(shards), len(files))
