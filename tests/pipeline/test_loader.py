@@ -196,3 +196,46 @@ def test_choose_columns(version_with_boundaries):
     assert reordered[0].shape == (8, SEQ_LENGTH + 1)  # input_ids always first
     with pytest.raises(KeyError, match="position_ids"):
         create_dataset(vdir, 8, columns=["position_ids"])
+
+
+def test_shard_size_is_checked_by_default_and_digests_on_request(version, tmp_path):
+    import shutil
+
+    from pipeline.manifest import write_manifest
+
+    copy = tmp_path / "v1"
+    shutil.copytree(version, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    write_manifest(manifest, copy)
+    assert create_dataset(copy, 8, check_sha256=True).get_dataset_size() == 6
+    shard = copy / manifest["shards"][1]["name"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size, one bit of one sample
+    shard.write_bytes(bytes(data))
+    assert create_dataset(copy, 8).get_dataset_size() == 6  # a size check cannot see it
+    with pytest.raises(ValueError, match=f"{shard}: SHA-256 differs from the manifest"):
+        create_dataset(copy, 8, check_sha256=True)
+    shard.write_bytes(bytes(data) + b"\0" * 8)  # a size change is caught by default, before MindSpore reads
+    with pytest.raises(ValueError, match=f"{shard}: {len(data) + 8} bytes, the manifest says {len(data)}"):
+        create_dataset(copy, 8)
+    shard.write_bytes(bytes(data[:-100]))
+    with pytest.raises(ValueError, match="the manifest says"):
+        create_dataset(copy, 8)
+
+
+def test_an_edited_manifest_is_refused(version, tmp_path):
+    import shutil
+
+    from pipeline.manifest import ManifestError, write_manifest
+
+    copy = tmp_path / "v1"
+    shutil.copytree(version, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    with pytest.raises(ValueError, match="manifest.sha256: missing, so manifest.json cannot be checked"):
+        create_dataset(copy, 8, check_sha256=True)  # digests asked for: the manifest's too
+    write_manifest(manifest, copy)
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "num_samples": 40,
+                                                    "shards": [*manifest["shards"][:2],
+                                                               {**manifest["shards"][2], "rows": 0}]}))
+    with pytest.raises(ManifestError, match="manifest.json: SHA-256 differs from manifest.sha256"):
+        create_dataset(copy, 8)

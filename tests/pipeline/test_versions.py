@@ -12,7 +12,7 @@ from test_lineage import REPEATS, TEXTS, build_tiny_version
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.manifest import sha256_file
+from pipeline.manifest import sha256_file, write_manifest
 from pipeline.versions import (
     diff_versions,
     format_diff,
@@ -29,7 +29,7 @@ def _publish(root: Path, name: str, texts, repeats, config: dict, lines=None) ->
     manifest["files"] = {p.relative_to(vdir).as_posix(): sha256_file(p) for p in sorted(vdir.rglob("*"))
                          if p.is_file() and p.name != "manifest.json" and not p.relative_to(vdir).as_posix().startswith("shards/")}
     manifest["config_hash"] = name
-    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    write_manifest(manifest, vdir)  # and manifest.sha256
     return vdir
 
 
@@ -128,3 +128,54 @@ def test_inspect_version(versions):
     assert facts["version"] == "v1" and facts["seq_length"] == 16
     assert facts["columns"]["input_ids"] == [17] and facts["columns"]["actual_seq_len"][0] >= 2
     assert facts["packing"]["method"] == "concat_split" and facts["shards"] >= 2
+
+
+def test_verify_fails_on_an_edited_manifest_and_names_a_corrupt_one_in_one_line(versions, tmp_path):
+    import shutil
+
+    _, a, _ = versions
+    copy = tmp_path / "v1"
+    shutil.copytree(a, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    # an edited field, the rest of the manifest (and every shard) untouched
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "num_samples": manifest["num_samples"] + 1}))
+    result = verify_version(copy)
+    assert not result["ok"] and result["bad_shards"] == [] and result["bad_files"] == []
+    assert result["problems"] == [{"kind": "manifest", "file": "manifest.json",
+                                   "reason": "SHA-256 differs from manifest.sha256 (edited or corrupt)"}]
+    res = CliRunner().invoke(app, ["verify", str(copy)])
+    assert res.exit_code == 1
+    assert res.output == "BAD manifest manifest.json: SHA-256 differs from manifest.sha256 (edited or corrupt)\n"
+    for cmd in (["inspect", str(copy)], ["diff", str(copy), str(a)], ["report", str(copy), "--out",
+                                                                        str(tmp_path / "r.html")]):
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == 2, (cmd, res.output)
+        assert res.output == f"error: {copy}/manifest.json: SHA-256 differs from manifest.sha256 (edited or corrupt)\n"
+
+    # a flipped byte that breaks the JSON: one line naming the file, no traceback
+    write_manifest(manifest, copy)
+    data = bytearray((copy / "manifest.json").read_bytes())
+    assert verify_version(copy)["ok"]
+    data[data.index(b'"shards"') + 1] ^= 0x80
+    (copy / "manifest.json").write_bytes(bytes(data))
+    res = CliRunner().invoke(app, ["verify", str(copy)])
+    assert res.exit_code == 1 and (res.exception is None or isinstance(res.exception, SystemExit))
+    assert res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert res.output.startswith("BAD manifest manifest.json: not UTF-8 (byte ")
+    assert res.output.endswith("SHA-256 differs from manifest.sha256 (edited or corrupt)\n")
+    # the other commands say the same in one line
+    for cmd in (["inspect", str(copy)], ["diff", str(copy), str(a)], ["lineage", str(copy), "--step", "0",
+                                                                        "--global-batch", "2"]):
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == 2 and res.output.count("\n") == 1, (cmd, res.output)
+        assert "manifest.json: not UTF-8" in res.output or "manifest.json: SHA-256 differs" in res.output, res.output
+
+    # no digest at all: verify cannot vouch for the manifest
+    write_manifest(manifest, copy)
+    (copy / "manifest.sha256").unlink()
+    assert verify_version(copy)["problems"] == [{"kind": "manifest", "file": "manifest.sha256",
+                                                 "reason": "missing, so manifest.json cannot be checked"}]
+    # a manifest that parses but names a shard outside the version: reported, not followed
+    write_manifest({**manifest, "shards": [{**manifest["shards"][0], "name": "../../etc/passwd"}]}, copy)
+    assert verify_version(copy)["problems"] == [{"kind": "manifest", "file": "manifest.json", "reason":
+                                                 "shard entry '../../etc/passwd': no usable name or sha256"}]
