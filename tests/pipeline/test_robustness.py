@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -187,3 +188,69 @@ def test_files_named_by_a_stage_config_are_in_its_fingerprint(tmp_path):
     assert [p for p, _ in first] == [str(model)]
     model.write_text("two, longer")
     assert referenced_files(config, tmp_path / "cache") != first
+
+
+# --------------------------------------------------------------------------- tokenizer: runs, encoder errors
+
+def _plain_build_config(data: Path, sources: dict, **tokenize) -> dict:
+    """Only the stages a tokenizer test needs (no language ID, heuristics,
+    perplexity or dedup, which would judge the hand-made documents)."""
+    return {
+        "sources": {name: {"paths": [str(data / f"{name}.jsonl")]} for name in sources},
+        "executor": {"num_workers": 1},
+        "langid": {"enabled": False},
+        "heuristics": {"enabled": False},
+        "perplexity": {"enabled": False, "reference_source": next(iter(sources))},
+        "dedup": {"enabled": False},
+        "tokenize": {"vocab_size": 600, **tokenize},
+        "output": {"seq_length": 128},
+    }
+
+
+def _write_sources(root: Path, sources: dict[str, list[str]]) -> Path:
+    data = root / "data"
+    data.mkdir()
+    for name, texts in sources.items():
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
+                                            encoding="utf-8")
+    return data
+
+
+RUNS = ["Spaces follow." + " " * 1_000_000 + "The end.", "-" * 1_000_000, "7" * 1_000_000,
+        "Lines:" + "\n" * 1_000_000 + "done"]
+
+
+def test_million_character_runs_are_tokenized_with_capped_pretokens_and_the_build_publishes(tmp_path):
+    from tokenizers import Tokenizer
+
+    from stages.tokenize import is_heldout
+
+    sources = {"good": [json.loads(good(i))["text"] for i in range(200)], "runs": RUNS}
+    data = _write_sources(tmp_path, sources)
+    runs = {f"runs:{data / 'runs.jsonl'}:{line}": text for line, text in enumerate(RUNS, 1)}
+    (tmp_path / "runs.yaml").write_text(yaml.safe_dump(_plain_build_config(data, sources)))
+    result = build("r1", tmp_path / "runs.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    assert (result.version_dir / "manifest.json").exists()
+    acc = m["accounting"]
+    assert acc["documents_in"] == 204 == acc["kept"] + acc["dropped"] + acc["quarantined"]
+    assert acc["kept"] == 204 and m["stages"]["tokenize"]["totals"]["dropped"] == {}
+    # Training finished on the runs it drew (every one not held out).
+    trained_runs = sum(len(t) for i, t in runs.items() if not is_heldout(i, m["seed"], 0.02))
+    assert trained_runs >= 3_000_000
+    assert m["tokenizer"]["training_chars_by_source"]["runs"] == trained_runs
+    # Every run is cut into pre-tokens of at most 64 characters (65 with a leading space).
+    tok = Tokenizer.from_file(str(result.version_dir / "tokenizer.json"))
+    tok.encode_special_tokens = True
+    spaces = tok.pre_tokenizer.pre_tokenize_str(RUNS[0])
+    assert [len(p) for p, _ in spaces] == [6, 7, 1] + [64] * 15_624 + [63, 4, 4, 1]
+    for text in RUNS:
+        assert max(len(p) for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)) <= 65
+    docs = pq.read_table(result.version_dir / "documents",
+                         columns=["id", "text", "tokenize_num_tokens", "tokenize_encoder_error"]).to_pylist()
+    by_id = {d["id"]: d for d in docs}
+    for doc_id, text in runs.items():
+        doc = by_id[doc_id]
+        assert doc["text"] == text and doc["tokenize_encoder_error"] is None
+        assert doc["tokenize_num_tokens"] == len(tok.encode(text, add_special_tokens=False).ids) + 1
+    assert by_id[f"runs:{data / 'runs.jsonl'}:3"]["tokenize_num_tokens"] == 1_000_001  # one token per digit + EOS
