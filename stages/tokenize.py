@@ -120,8 +120,8 @@ class Config(StageConfig):
             corpus (docs/stages/tokenize.md): 8k -> 16k -> 32k gives 2.82 ->
             3.19 -> 3.51 characters per token on held-out documents, and the
             bundled sample is small. Production corpora use 32k-150k (Llama 2:
-            32k, Qwen: 151k). Ids fit uint16 up to 65,536 (see
-            :func:`token_id_dtype`).
+            32k, Qwen: 151k). Ids are stored as uint16 when the largest id
+            is below 65,536 (see :func:`token_id_dtype`).
         min_frequency: a pair must occur at least this many times in the
             training sample to be merged. Default 2, as in the HF ``tokenizers``
             BPE training examples (0 merges pairs seen once).
@@ -228,17 +228,32 @@ class Config(StageConfig):
                 *(f"<|reserved_{i}|>" for i in range(self.num_reserved_tokens))]
 
 
-def token_id_dtype(vocab_size: int) -> np.dtype:
-    """The smallest dtype holding every id of a ``vocab_size`` vocabulary:
-    ``uint16`` up to 65,536 entries (ids 0..65535), else ``int32`` (MindRecord
-    stores only int32/int64, so ids above 2^31 are not supported).
+def token_id_dtype(max_token_id: int) -> np.dtype:
+    """The smallest dtype holding every id from 0 to ``max_token_id`` (the
+    largest id of the vocabulary, added and special tokens included: see
+    :func:`max_token_id`; not the number of entries, which is smaller when the
+    ids have gaps): ``uint16`` up to 65,535, else ``int32`` (MindRecord stores
+    only int32/int64, so ids from 2^31 are not supported).
 
     Raises:
-        ValueError: ``vocab_size`` < 1 or > 2^31.
+        ValueError: ``max_token_id`` < 0 or >= 2^31.
     """
-    if not 1 <= vocab_size <= 2**31:
-        raise ValueError(f"vocab_size {vocab_size} out of range 1..2^31")
-    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.int32)
+    if not 0 <= max_token_id < 2**31:
+        raise ValueError(f"largest token id {max_token_id} out of range 0..2^31-1")
+    return np.dtype(np.uint16) if max_token_id < 2**16 else np.dtype(np.int32)
+
+
+def max_token_id(tokenizer) -> int:
+    """The largest id of a ``tokenizers.Tokenizer``: model vocabulary and
+    added (special) tokens alike.
+
+    Raises:
+        ValueError: the tokenizer has no token.
+    """
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    if not ids:
+        raise ValueError("tokenize: the tokenizer has an empty vocabulary")
+    return max(ids)
 
 
 def build_trainable_tokenizer(config: Config | None = None):
@@ -683,9 +698,9 @@ def _check_sample(partitions: Partitions, max_chars: int = 300_000, max_docs: in
 class TokenizeStage(Stage):
     """Encode each kept document to BPE ids followed by EOS.
 
-    Columns added: ``tokenize_input_ids`` (list<uint16> when the vocabulary
-    has at most 65,536 entries, else list<int32>: document tokens then EOS;
-    see :func:`token_id_dtype`),
+    Columns added: ``tokenize_input_ids`` (list<uint16> when the largest id
+    of the tokenizer, special tokens included, is below 65,536, else
+    list<int32>: document tokens then EOS; see :func:`token_id_dtype`),
     ``tokenize_num_tokens`` (int32, including EOS), ``tokenize_encoder_error``
     (string: null, or which encoder failed on the document and how, see
     :func:`guarded_encode`).
@@ -700,14 +715,16 @@ class TokenizeStage(Stage):
         ``work_dir/encoder.json`` (which encoder ``process`` uses).
 
         Returns:
-            ``{"tokenizer_sha256", "vocab_size", "token_id_dtype",
-            "special_token_ids": {pad, eos, bos}, "trained": bool,
+            ``{"tokenizer_sha256", "vocab_size" (entries, added tokens
+            included), "max_token_id", "token_id_dtype" (from the largest
+            id), "special_token_ids": {pad, eos, bos}, "trained": bool,
             "training_chars", "training_documents", "training_chars_by_language",
             "training_chars_by_source", "heldout_documents", "encoder": {...}}``
             (training counts 0 / empty when loaded).
 
         Raises:
-            FileNotFoundError / ValueError: see :func:`load_tokenizer`.
+            FileNotFoundError / ValueError: see :func:`load_tokenizer`; also
+                ValueError when the largest id is 2^31 or more.
         """
         config: Config = self.config
         out = Path(self.ctx.work_dir) / TOKENIZER_FILE
@@ -725,11 +742,12 @@ class TokenizeStage(Stage):
             tmp.replace(out)
         _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
         (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
-        vocab_size = tokenizer.get_vocab_size()
+        largest = max_token_id(tokenizer)
         return {
             "tokenizer_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
-            "vocab_size": vocab_size,
-            "token_id_dtype": token_id_dtype(vocab_size).name,
+            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "max_token_id": largest,
+            "token_id_dtype": token_id_dtype(largest).name,
             "special_token_ids": _special_ids(tokenizer, config),
             "trained": config.tokenizer_path is None,
             "training_chars": counts["chars"],
@@ -755,7 +773,7 @@ class TokenizeStage(Stage):
             encoder = make_encoder(kind, tokenizer, self.config.encode_threads)
             self._fallback = HFEncoder(tokenizer) if encoder.kind != "tokenizers" else None
             self._loaded = (tokenizer, tokenizer.token_to_id(self.config.eos_token), encoder,
-                            token_id_dtype(tokenizer.get_vocab_size()))
+                            token_id_dtype(max_token_id(tokenizer)))
         return self._loaded
 
     def process(self, table: pa.Table) -> pa.Table:
@@ -798,6 +816,9 @@ def encode_documents(encoder, texts: list[str], eos_id: int, dtype=np.int32, fal
         ``reasons``: None, or ``tokenize.empty`` / ``tokenize.encode_error``
         with an empty array; ``errors``: None, or what failed on the text.)
 
+    Raises:
+        OverflowError: an id does not fit ``dtype`` (a ``dtype`` not from
+            :func:`token_id_dtype` of the tokenizer's largest id).
     """
     if not hasattr(encoder, "kind"):
         encoder = HFEncoder(encoder)

@@ -220,10 +220,45 @@ def test_tiktoken_encoder_matches_tokenizers(trained):
     assert encoder.encode_batch(texts) == [e.ids for e in tokenizer.encode_batch(texts)]
 
 
-@pytest.mark.parametrize("vocab_size,dtype", [(16384, "uint16"), (65536, "uint16"),
-                                              (65537, "int32"), (131072, "int32")])
-def test_token_id_dtype_follows_vocab_size(vocab_size, dtype):
-    assert token_id_dtype(vocab_size).name == dtype
+@pytest.mark.parametrize("largest_id,dtype", [(16383, "uint16"), (65535, "uint16"),
+                                              (65536, "int32"), (2**31 - 1, "int32")])
+def test_token_id_dtype_follows_the_largest_id(largest_id, dtype):
+    assert token_id_dtype(largest_id).name == dtype
+
+
+@pytest.mark.parametrize("largest_id", [-1, 2**31])
+def test_token_id_dtype_rejects_ids_mindrecord_cannot_hold(largest_id):
+    with pytest.raises(ValueError, match="out of range"):
+        token_id_dtype(largest_id)
+
+
+def _wide_tokenizer(path: Path) -> Path:
+    """A real byte-level BPE with 299 entries whose merged tokens have ids
+    70,259..70,298 (the trained ids + 70,000: same merges, same order)."""
+    tokenizer = train_bpe(["hello world, the quick brown fox jumps over the lazy dog"] * 30,
+                          Config(vocab_size=320))
+    spec = json.loads(tokenizer.to_str())
+    spec["model"]["vocab"] = {t: (i + 70_000 if i >= 259 else i) for t, i in spec["model"]["vocab"].items()}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def test_largest_id_not_entry_count_sets_the_dtype_and_ids_round_trip(tmp_path):
+    path = _wide_tokenizer(tmp_path / "wide.json")
+    stage = _stage(tmp_path, "wide", tokenizer_path=str(path))
+    facts = stage.fit(_write_partitions(tmp_path, ["the quick brown fox", "hello world"], []))
+    assert facts["vocab_size"] == 299 and facts["max_token_id"] == 70_298
+    assert facts["token_id_dtype"] == "int32"
+    assert facts["encoder"]["encoder"] == "tiktoken"
+    texts = ["hello world, the lazy fox", "the quick brown dog jumps"]
+    out = stage.process(_table(texts))
+    assert out.schema.field("tokenize_input_ids").type == pa.list_(pa.int32())
+    tokenizer, eos_id, _, _ = stage._tokenizer()
+    for text, ids in zip(texts, out["tokenize_input_ids"].to_pylist()):
+        assert ids == tokenizer.encode(text).ids + [eos_id]
+        assert tokenizer.decode(ids[:-1]) == text
+    # "hello world, the lazy fox": hello, Ġworld, ",", Ġthe, Ġlazy, Ġfox
+    assert out["tokenize_input_ids"][0].as_py() == [70298, 70297, 14, 70261, 70294, 70292, 1]
 
 
 def test_pretokens_of_million_character_runs_are_capped(trained):
