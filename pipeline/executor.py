@@ -6,6 +6,13 @@ can deadlock). Per-partition stage work goes through :func:`process_partition`,
 which writes its output atomically (temporary name, then ``os.replace``), so a
 partition file that exists is complete and a crashed build resumes by skipping
 it.
+
+A task's error always reaches the driver as an ``Exception`` that pickles:
+one that is not (a ``BaseException`` such as ``pyo3_runtime.PanicException``,
+which a Rust panic in native code raises, or an exception that does not
+survive pickling) becomes a :class:`TaskError` naming the task and the cause,
+with the same result under 1 worker, a process pool and Ray (a process pool
+would otherwise report a ``PicklingError``, and 1 worker would not catch it).
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ import functools
 import json
 import multiprocessing
 import os
+import pickle
+import reprlib
+import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -64,6 +74,66 @@ def task_label(fn: Callable[[Any], Any], x: Any) -> str:
     return name
 
 
+def task_description(fn: Callable[[Any], Any], x: Any) -> str:
+    """A task in words, for error messages: :func:`task_label` and which
+    item (the partition of a stage's ``process``, else a short repr of the
+    argument)."""
+    label = task_label(fn, x)
+    if label.endswith(":process") and isinstance(x, tuple) and len(x) > 3:
+        return f"{label} {getattr(x[3], 'name', x[3])}"
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 80
+    try:
+        return f"{label} {short.repr(x)}"
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the task's own error
+        return f"{label} <{type(x).__name__}>"
+
+
+class TaskError(RuntimeError):
+    """A task failed with an error that cannot travel between processes as
+    it is: a ``BaseException`` that is not an ``Exception`` (a Rust panic
+    inside native code raises ``pyo3_runtime.PanicException``) or an
+    exception that does not survive pickling. A plain ``RuntimeError`` that
+    pickles, naming the task and the cause.
+
+    Attributes:
+        task: :func:`task_description` of the failed task.
+        cause_type: the original error's ``module.QualifiedName``.
+        cause_message: ``str()`` of the original error.
+        traceback_text: the original error's formatted traceback (where it
+            was raised, in the worker).
+    """
+
+    def __init__(self, task: str, cause_type: str, cause_message: str, traceback_text: str = ""):
+        super().__init__(f"task {task} failed: {cause_type}: {cause_message}")
+        self.task, self.cause_type, self.cause_message = task, cause_type, cause_message
+        self.traceback_text = traceback_text
+
+    def __reduce__(self):
+        return type(self), (self.task, self.cause_type, self.cause_message, self.traceback_text)
+
+    @classmethod
+    def of(cls, task: str, exc: BaseException) -> TaskError:
+        """The :class:`TaskError` for ``exc`` raised by ``task``."""
+        kind = type(exc)
+        return cls(task, f"{kind.__module__}.{kind.__qualname__}", str(exc),
+                   "".join(traceback.format_exception(exc)))
+
+
+# Never converted: the process is being stopped.
+_NOT_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _travels(exc: BaseException) -> bool:
+    """True when ``exc`` survives a pickle round trip (what a process pool
+    and Ray do to a task's error)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means it cannot travel
+        return False
+
+
 _LIFETIME_PEAK = [0.0]
 
 
@@ -92,9 +162,24 @@ def _measured(fn: Callable[[Any], Any], x: Any) -> tuple[Any, float, str, str]:
     label)``: every task runs through this, so the executor knows the largest
     worker's memory per kind of task and, on Ray, which node ran what. After
     the call, Arrow's pool returns freed memory to the system, so the next
-    task starts from what the process really holds."""
+    task starts from what the process really holds.
+
+    Raises:
+        what ``fn`` raised when it is an ``Exception`` that pickles;
+        ``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit`` as they are;
+        :class:`TaskError` for anything else.
+    """
     _reset_peak()
-    result = fn(x)
+    try:
+        result = fn(x)
+    except Exception as exc:
+        if _travels(exc):
+            raise
+        raise TaskError.of(task_description(fn, x), exc) from exc
+    except _NOT_CAUGHT:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - e.g. pyo3_runtime.PanicException
+        raise TaskError.of(task_description(fn, x), exc) from exc
     peak = peak_rss_mb()
     release_memory()
     return result, peak, current_node(), task_label(fn, x)

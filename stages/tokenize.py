@@ -16,7 +16,11 @@ The trained tokenizer (docs/stages/tokenize.md has the reasons):
   cut into pieces of at most ``cjk_max_run`` characters, so a 2,000-character
   unpunctuated Chinese line is not one giant pre-token; digits are one per
   pre-token (hence one per token); letters, punctuation and whitespace runs
-  follow GPT-2's regex.
+  follow GPT-2's regex, cut into pieces of at most ``max_run`` characters (a
+  million spaces is 15,625 pre-tokens, not one: tiktoken's regex engine
+  overflows its stack on such a run and BPE training is superlinear in a
+  pre-token's length). No pre-token is longer than ``max(cjk_max_run,
+  max_run) + 1`` characters, in training and in encoding alike.
 * **model**: BPE over the 256 byte symbols (no unknown token can arise), merges
   no longer than ``max_token_length`` bytes.
 * **special tokens** (given to the trainer first, so they take the first ids):
@@ -32,8 +36,15 @@ pipeline does not need) when ``fit`` has checked on a sample that both give
 identical ids; otherwise through ``tokenizers``. See
 docs/stages/tokenize.md, "Speed".
 
+A document on which the chosen encoder fails (any error, including a native
+panic, which Python raises as a ``BaseException``) is encoded again by
+``tokenizers`` alone (the same ids: ``fit`` checked that both agree) and
+``tokenize_fallback`` records why; only a document that neither encoder can
+encode is dropped.
+
 Reason codes: ``tokenize.empty`` (the document yields no token: empty or null
-text). Every other document is kept.
+text), ``tokenize.encode_error`` (no encoder could encode it; the error is in
+``tokenize_fallback``). Every other document is kept.
 """
 
 from __future__ import annotations
@@ -57,6 +68,12 @@ from stages.packing import id_hash
 TOKENIZER_FILE = "tokenizer.json"
 ENCODER_FILE = "encoder.json"
 REASON_EMPTY = "tokenize.empty"
+REASON_ENCODE_ERROR = "tokenize.encode_error"
+# Longest allowed ``max_run``: tiktoken's regex engine (Rust ``regex``) fails
+# to build the pattern from a repeat of about 256 (letter class x 256 exceeds
+# its NFA size limit), and compile time grows with it (0.08 s at 64, 0.2 s at
+# 128, per process; measured with tiktoken 0.14).
+MAX_RUN_LIMIT = 128
 _HASH_SPACE = float(2**64)
 _HELDOUT_SALT = 0x68656C646F7574  # "heldout": the held-out draw is independent of other draws
 
@@ -65,7 +82,7 @@ _HELDOUT_SALT = 0x68656C646F7574  # "heldout": the held-out draw is independent 
 CJK_SCRIPTS = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}"
 
 
-def pretokenize_pattern(cjk_max_run: int) -> str:
+def pretokenize_pattern(cjk_max_run: int, max_run: int = 64) -> str:
     """The pre-tokenizer regex (``Split`` with ``Isolated`` behaviour).
 
     Alternatives, first match wins at each position:
@@ -73,15 +90,22 @@ def pretokenize_pattern(cjk_max_run: int) -> str:
     1. English contractions ``'s 't 're 've 'm 'll 'd`` (GPT-2);
     2. an optional space and 1..``cjk_max_run`` CJK characters (a longer run
        becomes several pieces);
-    3. an optional space and a run of other letters and combining marks;
+    3. an optional space and 1..``max_run`` other letters and combining marks;
     4. one digit (``\\p{N}``: ASCII, full-width, other scripts' digits);
-    5. an optional space and a run of punctuation/symbols;
-    6. whitespace: a run not followed by a non-space (so ``"\\n    x"`` gives
-       ``"\\n   "`` and ``" x"``), else any run (GPT-2).
+    5. an optional space and 1..``max_run`` punctuation/symbols;
+    6. whitespace: 1..``max_run`` characters not followed by a non-space (so
+       ``"\\n    x"`` gives ``"\\n   "`` and ``" x"``), else 1..``max_run``
+       (GPT-2, with the cap).
+
+    Every character falls in one class (whitespace, letter/mark, digit, the
+    rest), so no pre-token is longer than ``max(cjk_max_run, max_run) + 1``
+    characters (code points). A longer run is cut into consecutive pieces at
+    fixed offsets: the cut depends only on the text, never on batching.
     """
+    cap = int(max_run)
     return (rf"'(?:s|t|re|ve|m|ll|d)| ?[{CJK_SCRIPTS}]{{1,{int(cjk_max_run)}}}"
-            rf"| ?[\p{{L}}\p{{M}}&&[^{CJK_SCRIPTS}]]+|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]+"
-            r"|\s+(?!\S)|\s+")
+            rf"| ?[\p{{L}}\p{{M}}&&[^{CJK_SCRIPTS}]]{{1,{cap}}}|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]{{1,{cap}}}"
+            rf"|\s{{1,{cap}}}(?!\S)|\s{{1,{cap}}}")
 
 
 class Config(StageConfig):
@@ -96,8 +120,8 @@ class Config(StageConfig):
             corpus (docs/stages/tokenize.md): 8k -> 16k -> 32k gives 2.82 ->
             3.19 -> 3.51 characters per token on held-out documents, and the
             bundled sample is small. Production corpora use 32k-150k (Llama 2:
-            32k, Qwen: 151k). Ids fit uint16 up to 65,536 (see
-            :func:`token_id_dtype`).
+            32k, Qwen: 151k). Ids are stored as uint16 when the largest id
+            is below 65,536 (see :func:`token_id_dtype`).
         min_frequency: a pair must occur at least this many times in the
             training sample to be merged. Default 2, as in the HF ``tokenizers``
             BPE training examples (0 merges pairs seen once).
@@ -111,7 +135,18 @@ class Config(StageConfig):
             runs are cut into consecutive pieces). Default 16: longer than
             ``max_token_length`` allows a CJK token to be (8 characters), so a
             cut only matters for a word straddling it; most clauses between
-            Chinese punctuation marks are shorter and stay whole.
+            Chinese punctuation marks are shorter and stay whole. At most 128
+            (:data:`MAX_RUN_LIMIT`).
+        max_run: at most this many characters of one other class (letters
+            and combining marks, punctuation and symbols, whitespace) per
+            pre-token, plus an optional leading space; longer runs are cut
+            into consecutive pieces (:func:`pretokenize_pattern`). Default
+            64: on ../shared/corpus 2,964 of 11.1 M pre-tokens (0.03%, 223k
+            characters: rules of dashes, indentation) are longer, and any
+            piece that long is at least 3 tokens under ``max_token_length``
+            24 anyway. At most 128 (:data:`MAX_RUN_LIMIT`). Bounds encoding
+            and training on adversarial runs (a million spaces, dashes or
+            letters: docs/stages/tokenize.md, "Long runs").
         normalization: the normalization policy, applied by the tokenizer
             itself at training and at encoding time (it is saved in
             ``tokenizer.json``): ``none`` (default; full-width forms, compatibility
@@ -158,7 +193,8 @@ class Config(StageConfig):
     vocab_size: int = pydantic.Field(16384, ge=260)
     min_frequency: int = pydantic.Field(2, ge=0)
     max_token_length: int = pydantic.Field(24, ge=2)
-    cjk_max_run: int = pydantic.Field(16, ge=1)
+    cjk_max_run: int = pydantic.Field(16, ge=1, le=MAX_RUN_LIMIT)
+    max_run: int = pydantic.Field(64, ge=1, le=MAX_RUN_LIMIT)
     normalization: Literal["none", "nfc", "nfkc"] = "none"
     num_reserved_tokens: int = pydantic.Field(0, ge=0)
     train_max_chars: int = pydantic.Field(20_000_000, gt=0)
@@ -192,17 +228,32 @@ class Config(StageConfig):
                 *(f"<|reserved_{i}|>" for i in range(self.num_reserved_tokens))]
 
 
-def token_id_dtype(vocab_size: int) -> np.dtype:
-    """The smallest dtype holding every id of a ``vocab_size`` vocabulary:
-    ``uint16`` up to 65,536 entries (ids 0..65535), else ``int32`` (MindRecord
-    stores only int32/int64, so ids above 2^31 are not supported).
+def token_id_dtype(max_token_id: int) -> np.dtype:
+    """The smallest dtype holding every id from 0 to ``max_token_id`` (the
+    largest id of the vocabulary, added and special tokens included: see
+    :func:`max_token_id`; not the number of entries, which is smaller when the
+    ids have gaps): ``uint16`` up to 65,535, else ``int32`` (MindRecord stores
+    only int32/int64, so ids from 2^31 are not supported).
 
     Raises:
-        ValueError: ``vocab_size`` < 1 or > 2^31.
+        ValueError: ``max_token_id`` < 0 or >= 2^31.
     """
-    if not 1 <= vocab_size <= 2**31:
-        raise ValueError(f"vocab_size {vocab_size} out of range 1..2^31")
-    return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.int32)
+    if not 0 <= max_token_id < 2**31:
+        raise ValueError(f"largest token id {max_token_id} out of range 0..2^31-1")
+    return np.dtype(np.uint16) if max_token_id < 2**16 else np.dtype(np.int32)
+
+
+def max_token_id(tokenizer) -> int:
+    """The largest id of a ``tokenizers.Tokenizer``: model vocabulary and
+    added (special) tokens alike.
+
+    Raises:
+        ValueError: the tokenizer has no token.
+    """
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    if not ids:
+        raise ValueError("tokenize: the tokenizer has an empty vocabulary")
+    return max(ids)
 
 
 def build_trainable_tokenizer(config: Config | None = None):
@@ -225,7 +276,8 @@ def build_trainable_tokenizer(config: Config | None = None):
     elif config.normalization == "nfkc":
         tokenizer.normalizer = normalizers.NFKC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pretokenize_pattern(config.cjk_max_run)), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pretokenize_pattern(config.cjk_max_run, config.max_run)),
+                             behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tokenizer.decoder = decoders.ByteLevel()
@@ -368,23 +420,81 @@ class TiktokenEncoder:
         return [self.encoding.encode_ordinary(t) for t in texts]
 
 
+# What a per-document guard never catches: the process is being stopped.
+_NOT_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def guarded_encode(encoder, texts: list[str], fallback=None) -> tuple[list[list[int] | None], list[str | None]]:
+    """``encoder.encode_batch(texts)``, one document's failure never failing
+    the others.
+
+    Any error of the batch call (an ``Exception``, or a ``BaseException``
+    such as ``pyo3_runtime.PanicException``, which a Rust panic inside
+    tiktoken or ``tokenizers`` raises; ``KeyboardInterrupt``, ``SystemExit``
+    and ``GeneratorExit`` propagate) makes it encode text by text; a text that
+    fails is given to ``fallback`` (another encoder, or None). Which texts
+    fail depends only on the texts, so the ids do not depend on batching.
+
+    Returns:
+        (``seqs``: per text its ids, None when no encoder could encode it;
+        ``errors``: per text None, or what failed, by encoder kind and error
+        type only so that it is deterministic: ``"tiktoken: PanicException"``
+        (then ``fallback`` gave the ids), ``"tiktoken: PanicException;
+        tokenizers: Exception"`` (no ids)).
+    """
+    try:
+        return list(encoder.encode_batch(texts)), [None] * len(texts)
+    except _NOT_CAUGHT:
+        raise
+    except BaseException:  # noqa: BLE001 - narrowed to the failing documents below
+        pass
+    seqs: list[list[int] | None] = []
+    errors: list[str | None] = []
+    for text in texts:
+        failed = []
+        for enc in (encoder, fallback):
+            if enc is None:
+                continue
+            try:
+                seqs.append(list(enc.encode_batch([text])[0]))
+                break
+            except _NOT_CAUGHT:
+                raise
+            except BaseException as err:  # noqa: BLE001 - recorded per document
+                failed.append(f"{enc.kind}: {type(err).__name__}")
+        else:
+            seqs.append(None)
+        errors.append("; ".join(failed) or None)
+    return seqs, errors
+
+
 def choose_encoder(tokenizer, check_texts: list[str], threads: int = 1):
     """The fastest encoder that gives exactly ``tokenizers``' ids on
     ``check_texts`` (a sample of real documents): tiktoken when it can encode
-    this tokenizer and agrees on every text, else ``tokenizers`` itself.
+    this tokenizer and agrees on every text both can encode, else
+    ``tokenizers`` itself. A text only ``tokenizers`` can encode does not
+    disqualify tiktoken: ``process`` gives such a document to ``tokenizers``
+    (:func:`guarded_encode`).
 
     Returns:
         (encoder, facts): facts = {"encoder", "checked_documents",
-        "checked_chars", "why"}.
+        "checked_chars", "failed_documents" (texts an encoder failed on),
+        "why"}.
     """
     reference = HFEncoder(tokenizer)
-    facts = {"checked_documents": len(check_texts), "checked_chars": sum(map(len, check_texts))}
+    facts = {"checked_documents": len(check_texts), "checked_chars": sum(map(len, check_texts)),
+             "failed_documents": 0}
     try:
         fast = TiktokenEncoder(tokenizer, threads)
     except (ImportError, ValueError) as err:
         return reference, {"encoder": "tokenizers", **facts, "why": str(err)}
-    if fast.encode_batch(check_texts) != reference.encode_batch(check_texts):
+    fast_ids, fast_errors = guarded_encode(fast, check_texts)
+    ref_ids, ref_errors = guarded_encode(reference, check_texts)
+    facts["failed_documents"] = sum(a is not None or b is not None for a, b in zip(fast_errors, ref_errors))
+    if any(a is not None and b is not None and a != b for a, b in zip(fast_ids, ref_ids)):
         return reference, {"encoder": "tokenizers", **facts, "why": "tiktoken ids differ"}
+    if fast_ids and all(a is None for a in fast_ids):
+        return reference, {"encoder": "tokenizers", **facts, "why": "tiktoken failed on every check text"}
     return fast, {"encoder": "tiktoken", **facts, "why": "same ids on the check sample"}
 
 
@@ -588,9 +698,12 @@ def _check_sample(partitions: Partitions, max_chars: int = 300_000, max_docs: in
 class TokenizeStage(Stage):
     """Encode each kept document to BPE ids followed by EOS.
 
-    Columns added: ``tokenize_input_ids`` (list<uint16> when the vocabulary
-    has at most 65,536 entries, else list<int32>: document tokens then EOS;
-    see :func:`token_id_dtype`), ``tokenize_num_tokens`` (int32, including EOS).
+    Columns added: ``tokenize_input_ids`` (list<uint16> when the largest id
+    of the tokenizer, special tokens included, is below 65,536, else
+    list<int32>: document tokens then EOS; see :func:`token_id_dtype`),
+    ``tokenize_num_tokens`` (int32, including EOS), ``tokenize_encoder_error``
+    (string: null, or which encoder failed on the document and how, see
+    :func:`guarded_encode`).
     """
 
     row_independent = True
@@ -602,14 +715,16 @@ class TokenizeStage(Stage):
         ``work_dir/encoder.json`` (which encoder ``process`` uses).
 
         Returns:
-            ``{"tokenizer_sha256", "vocab_size", "token_id_dtype",
-            "special_token_ids": {pad, eos, bos}, "trained": bool,
+            ``{"tokenizer_sha256", "vocab_size" (entries, added tokens
+            included), "max_token_id", "token_id_dtype" (from the largest
+            id), "special_token_ids": {pad, eos, bos}, "trained": bool,
             "training_chars", "training_documents", "training_chars_by_language",
             "training_chars_by_source", "heldout_documents", "encoder": {...}}``
             (training counts 0 / empty when loaded).
 
         Raises:
-            FileNotFoundError / ValueError: see :func:`load_tokenizer`.
+            FileNotFoundError / ValueError: see :func:`load_tokenizer`; also
+                ValueError when the largest id is 2^31 or more.
         """
         config: Config = self.config
         out = Path(self.ctx.work_dir) / TOKENIZER_FILE
@@ -627,11 +742,12 @@ class TokenizeStage(Stage):
             tmp.replace(out)
         _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
         (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
-        vocab_size = tokenizer.get_vocab_size()
+        largest = max_token_id(tokenizer)
         return {
             "tokenizer_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
-            "vocab_size": vocab_size,
-            "token_id_dtype": token_id_dtype(vocab_size).name,
+            "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+            "max_token_id": largest,
+            "token_id_dtype": token_id_dtype(largest).name,
             "special_token_ids": _special_ids(tokenizer, config),
             "trained": config.tokenizer_path is None,
             "training_chars": counts["chars"],
@@ -643,7 +759,9 @@ class TokenizeStage(Stage):
         }
 
     def _tokenizer(self):
-        """(tokenizer, eos id, encoder, id dtype), loaded once per process."""
+        """(tokenizer, eos id, encoder, id dtype), loaded once per process;
+        also sets ``self._fallback`` (the ``tokenizers`` encoder when the
+        chosen one is tiktoken, else None)."""
         if getattr(self, "_loaded", None) is None:
             work = Path(self.ctx.work_dir)
             tokenizer = load_tokenizer(work / TOKENIZER_FILE, self.config.eos_token)
@@ -653,19 +771,21 @@ class TokenizeStage(Stage):
             if (work / ENCODER_FILE).exists():
                 kind = json.loads((work / ENCODER_FILE).read_text())["encoder"]
             encoder = make_encoder(kind, tokenizer, self.config.encode_threads)
+            self._fallback = HFEncoder(tokenizer) if encoder.kind != "tokenizers" else None
             self._loaded = (tokenizer, tokenizer.token_to_id(self.config.eos_token), encoder,
-                            token_id_dtype(tokenizer.get_vocab_size()))
+                            token_id_dtype(max_token_id(tokenizer)))
         return self._loaded
 
     def process(self, table: pa.Table) -> pa.Table:
         """Encode ``table["text"]``; see the class docstring for the columns.
 
         A null or empty text gets ``tokenize_num_tokens`` 0, an empty id list,
-        and reason ``tokenize.empty``.
+        and reason ``tokenize.empty``; a text no encoder can encode the same,
+        with reason ``tokenize.encode_error``.
         """
         _, eos_id, encoder, dtype = self._tokenizer()
         texts = [t or "" for t in table["text"].to_pylist()]
-        ids, reasons = encode_documents(encoder, texts, eos_id, dtype)
+        ids, reasons, errors = encode_documents(encoder, texts, eos_id, dtype, self._fallback)
         lengths = np.fromiter((len(a) for a in ids), dtype=np.int32, count=len(ids))
         offsets = np.zeros(len(ids) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
@@ -675,26 +795,36 @@ class TokenizeStage(Stage):
         return with_decision(table, {
             "tokenize_input_ids": input_ids,
             "tokenize_num_tokens": pa.array(lengths, pa.int32()),
+            "tokenize_encoder_error": pa.array(errors, pa.string()),
         }, reasons)
 
 
-def encode_documents(encoder, texts: list[str], eos_id: int, dtype=np.int32):
+def encode_documents(encoder, texts: list[str], eos_id: int, dtype=np.int32, fallback=None):
     """Encode ``texts`` (no special tokens from the text) and append ``eos_id``
-    to each non-empty result.
+    to each non-empty result; a document the encoder fails on goes to
+    ``fallback`` (:func:`guarded_encode`).
 
     Args:
         encoder: an :class:`HFEncoder` / :class:`TiktokenEncoder`, or a bare
             ``tokenizers.Tokenizer`` (wrapped in :class:`HFEncoder`).
         dtype: numpy dtype of the returned arrays (:func:`token_id_dtype`).
+        fallback: the encoder for a document ``encoder`` fails on (None:
+            such a document is dropped).
 
     Returns:
         (``ids``: list of ``dtype`` arrays, one per text, EOS last;
-        ``reasons``: None, or ``tokenize.empty`` with an empty array.)
+        ``reasons``: None, or ``tokenize.empty`` / ``tokenize.encode_error``
+        with an empty array; ``errors``: None, or what failed on the text.)
+
+    Raises:
+        OverflowError: an id does not fit ``dtype`` (a ``dtype`` not from
+            :func:`token_id_dtype` of the tokenizer's largest id).
     """
     if not hasattr(encoder, "kind"):
         encoder = HFEncoder(encoder)
     ids, reasons = [], []
-    for seq in encoder.encode_batch(texts):
+    seqs, errors = guarded_encode(encoder, texts, fallback)
+    for seq in seqs:
         if seq:
             arr = np.empty(len(seq) + 1, dtype=dtype)
             arr[:-1] = seq
@@ -703,5 +833,5 @@ def encode_documents(encoder, texts: list[str], eos_id: int, dtype=np.int32):
             reasons.append(None)
         else:
             ids.append(np.zeros(0, dtype))
-            reasons.append(REASON_EMPTY)
-    return ids, reasons
+            reasons.append(REASON_EMPTY if seq is not None else REASON_ENCODE_ERROR)
+    return ids, reasons, errors

@@ -7,6 +7,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -187,3 +188,118 @@ def test_files_named_by_a_stage_config_are_in_its_fingerprint(tmp_path):
     assert [p for p, _ in first] == [str(model)]
     model.write_text("two, longer")
     assert referenced_files(config, tmp_path / "cache") != first
+
+
+# --------------------------------------------------------------------------- tokenizer: runs, encoder errors, id width
+
+def _plain_build_config(data: Path, sources: dict, **tokenize) -> dict:
+    """Only the stages a tokenizer test needs (no language ID, heuristics,
+    perplexity or dedup, which would judge the hand-made documents)."""
+    return {
+        "sources": {name: {"paths": [str(data / f"{name}.jsonl")]} for name in sources},
+        "executor": {"num_workers": 1},
+        "langid": {"enabled": False},
+        "heuristics": {"enabled": False},
+        "perplexity": {"enabled": False, "reference_source": next(iter(sources))},
+        "dedup": {"enabled": False},
+        "tokenize": {"vocab_size": 600, **tokenize},
+        "output": {"seq_length": 128},
+    }
+
+
+def _write_sources(root: Path, sources: dict[str, list[str]]) -> Path:
+    data = root / "data"
+    data.mkdir()
+    for name, texts in sources.items():
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
+                                            encoding="utf-8")
+    return data
+
+
+RUNS = ["Spaces follow." + " " * 1_000_000 + "The end.", "-" * 1_000_000, "7" * 1_000_000,
+        "Lines:" + "\n" * 1_000_000 + "done"]
+
+
+def test_million_character_runs_are_tokenized_with_capped_pretokens_and_the_build_publishes(tmp_path):
+    from tokenizers import Tokenizer
+
+    from stages.tokenize import is_heldout
+
+    sources = {"good": [json.loads(good(i))["text"] for i in range(200)], "runs": RUNS}
+    data = _write_sources(tmp_path, sources)
+    runs = {f"runs:{data / 'runs.jsonl'}:{line}": text for line, text in enumerate(RUNS, 1)}
+    (tmp_path / "runs.yaml").write_text(yaml.safe_dump(_plain_build_config(data, sources)))
+    result = build("r1", tmp_path / "runs.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    assert (result.version_dir / "manifest.json").exists()
+    acc = m["accounting"]
+    assert acc["documents_in"] == 204 == acc["kept"] + acc["dropped"] + acc["quarantined"]
+    assert acc["kept"] == 204 and m["stages"]["tokenize"]["totals"]["dropped"] == {}
+    # Training finished on the runs it drew (every one not held out).
+    trained_runs = sum(len(t) for i, t in runs.items() if not is_heldout(i, m["seed"], 0.02))
+    assert trained_runs >= 3_000_000
+    assert m["tokenizer"]["training_chars_by_source"]["runs"] == trained_runs
+    # Every run is cut into pre-tokens of at most 64 characters (65 with a leading space).
+    tok = Tokenizer.from_file(str(result.version_dir / "tokenizer.json"))
+    tok.encode_special_tokens = True
+    spaces = tok.pre_tokenizer.pre_tokenize_str(RUNS[0])
+    assert [len(p) for p, _ in spaces] == [6, 7, 1] + [64] * 15_624 + [63, 4, 4, 1]
+    for text in RUNS:
+        assert max(len(p) for p, _ in tok.pre_tokenizer.pre_tokenize_str(text)) <= 65
+    docs = pq.read_table(result.version_dir / "documents",
+                         columns=["id", "text", "tokenize_num_tokens", "tokenize_encoder_error"]).to_pylist()
+    by_id = {d["id"]: d for d in docs}
+    for doc_id, text in runs.items():
+        doc = by_id[doc_id]
+        assert doc["text"] == text and doc["tokenize_encoder_error"] is None
+        assert doc["tokenize_num_tokens"] == len(tok.encode(text, add_special_tokens=False).ids) + 1
+    assert by_id[f"runs:{data / 'runs.jsonl'}:3"]["tokenize_num_tokens"] == 1_000_001  # one token per digit + EOS
+
+
+def _wide_tokenizer(path: Path) -> Path:
+    """A real byte-level BPE of fewer than 1,000 entries whose merged tokens
+    have ids from 70,000 (the trained ids + 70,000: same merges, same order)."""
+    from stages.tokenize import Config, train_bpe
+
+    tokenizer = train_bpe([json.loads(good(i))["text"] for i in range(50)], Config(vocab_size=600))
+    spec = json.loads(tokenizer.to_str())
+    spec["model"]["vocab"] = {t: (i + 70_000 if i >= 259 else i) for t, i in spec["model"]["vocab"].items()}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def test_ids_above_uint16_with_a_small_vocabulary_round_trip_through_the_shards(tmp_path):
+    from tokenizers import Tokenizer
+
+    from pipeline.loader import create_dataset
+
+    texts = [json.loads(good(i))["text"] for i in range(60)]
+    data = _write_sources(tmp_path, {"good": texts})
+    path = _wide_tokenizer(tmp_path / "wide.json")
+    (tmp_path / "wide.yaml").write_text(yaml.safe_dump(_plain_build_config(data, {"good": texts},
+                                                                           tokenizer_path=str(path))))
+    result = build("w1", tmp_path / "wide.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    tok = Tokenizer.from_file(str(result.version_dir / "tokenizer.json"))
+    assert m["tokenizer"]["vocab_size"] == tok.get_vocab_size() < 1000
+    assert m["tokenizer"]["max_token_id"] == max(tok.get_vocab().values()) >= 70_259
+    assert m["tokenizer"]["token_id_dtype"] == "int32"
+    ds = create_dataset(result.version_dir, global_batch=1, num_parallel_workers=1)
+    samples = np.concatenate([b[0] for b in ds.create_tuple_iterator(output_numpy=True)])
+    assert samples.shape == (m["num_samples"], 129) and samples.max() >= 70_259
+    # Each document's tokens, put back together from the lineage, are its exact encoding.
+    eos = m["tokenizer"]["special_token_ids"]["eos"]
+    pieces: dict[tuple, list] = {}
+    for seg in pq.read_table(result.version_dir / "lineage").to_pylist():
+        ids = samples[seg["sample_index"]][seg["sample_token_start"]:seg["sample_token_end"]]
+        pieces.setdefault((seg["doc_id"], seg["repeat"]), []).append((seg["doc_token_start"], ids))
+    by_id = {f"good:{data / 'good.jsonl'}:{i + 1}": t for i, t in enumerate(texts)}
+    complete = 0
+    for (doc_id, _), parts in pieces.items():
+        parts.sort(key=lambda p: p[0])
+        ids = np.concatenate([p[1] for p in parts]).tolist()
+        if parts[0][0] != 0 or ids[-1] != eos:
+            continue  # the document's start or end is in the packing's unwritten tail
+        assert ids == tok.encode(by_id[doc_id], add_special_tokens=False).ids + [eos]
+        complete += 1
+    assert complete >= 40

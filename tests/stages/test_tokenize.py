@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
@@ -17,6 +18,8 @@ from stages.tokenize import (
     TiktokenEncoder,
     TokenizeStage,
     build_trainable_tokenizer,
+    choose_encoder,
+    encode_documents,
     is_heldout,
     token_bytes,
     token_id_dtype,
@@ -217,10 +220,139 @@ def test_tiktoken_encoder_matches_tokenizers(trained):
     assert encoder.encode_batch(texts) == [e.ids for e in tokenizer.encode_batch(texts)]
 
 
-@pytest.mark.parametrize("vocab_size,dtype", [(16384, "uint16"), (65536, "uint16"),
-                                              (65537, "int32"), (131072, "int32")])
-def test_token_id_dtype_follows_vocab_size(vocab_size, dtype):
-    assert token_id_dtype(vocab_size).name == dtype
+@pytest.mark.parametrize("largest_id,dtype", [(16383, "uint16"), (65535, "uint16"),
+                                              (65536, "int32"), (2**31 - 1, "int32")])
+def test_token_id_dtype_follows_the_largest_id(largest_id, dtype):
+    assert token_id_dtype(largest_id).name == dtype
+
+
+@pytest.mark.parametrize("largest_id", [-1, 2**31])
+def test_token_id_dtype_rejects_ids_mindrecord_cannot_hold(largest_id):
+    with pytest.raises(ValueError, match="out of range"):
+        token_id_dtype(largest_id)
+
+
+def _wide_tokenizer(path: Path) -> Path:
+    """A real byte-level BPE with 299 entries whose merged tokens have ids
+    70,259..70,298 (the trained ids + 70,000: same merges, same order)."""
+    tokenizer = train_bpe(["hello world, the quick brown fox jumps over the lazy dog"] * 30,
+                          Config(vocab_size=320))
+    spec = json.loads(tokenizer.to_str())
+    spec["model"]["vocab"] = {t: (i + 70_000 if i >= 259 else i) for t, i in spec["model"]["vocab"].items()}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def test_largest_id_not_entry_count_sets_the_dtype_and_ids_round_trip(tmp_path):
+    path = _wide_tokenizer(tmp_path / "wide.json")
+    stage = _stage(tmp_path, "wide", tokenizer_path=str(path))
+    facts = stage.fit(_write_partitions(tmp_path, ["the quick brown fox", "hello world"], []))
+    assert facts["vocab_size"] == 299 and facts["max_token_id"] == 70_298
+    assert facts["token_id_dtype"] == "int32"
+    assert facts["encoder"]["encoder"] == "tiktoken"
+    texts = ["hello world, the lazy fox", "the quick brown dog jumps"]
+    out = stage.process(_table(texts))
+    assert out.schema.field("tokenize_input_ids").type == pa.list_(pa.int32())
+    tokenizer, eos_id, _, _ = stage._tokenizer()
+    for text, ids in zip(texts, out["tokenize_input_ids"].to_pylist()):
+        assert ids == tokenizer.encode(text).ids + [eos_id]
+        assert tokenizer.decode(ids[:-1]) == text
+    # "hello world, the lazy fox": hello, Ġworld, ",", Ġthe, Ġlazy, Ġfox
+    assert out["tokenize_input_ids"][0].as_py() == [70298, 70297, 14, 70261, 70294, 70292, 1]
+
+
+def test_pretokens_of_million_character_runs_are_capped(trained):
+    stage, _, _ = trained
+    tokenizer, _, _, _ = stage._tokenizer()
+    pre = tokenizer.pre_tokenizer
+    # 1,000,000 spaces = 15,625 x 64; the last piece before a word gives one
+    # space to it (" y"), as GPT-2's whitespace rule does.
+    pieces = [len(p) for p, _ in pre.pre_tokenize_str("x" + " " * 1_000_000 + "y")]
+    assert pieces == [1] + [64] * 15_624 + [63, 2]
+    assert [len(p) for p, _ in pre.pre_tokenize_str("-" * 1_000_000)] == [64] * 15_625
+    assert [len(p) for p, _ in pre.pre_tokenize_str("\n" * 100_000)] == [64] * 1_562 + [32]
+    assert [len(p) for p, _ in pre.pre_tokenize_str("a" * 100_000)] == [64] * 1_562 + [32]
+    assert {len(p) for p, _ in pre.pre_tokenize_str("7" * 100_000)} == {1}
+    # A leading space rides on a run of letters or symbols: at most max_run + 1.
+    assert [len(p) for p, _ in pre.pre_tokenize_str(" " + "é" * 70)] == [1 + 2 * 64, 2 * 6]
+
+
+def test_training_on_million_character_runs_keeps_pretokens_capped():
+    runs = [" " * 1_000_000 + "end", "-" * 1_000_000, "7" * 1_000_000, "a" * 1_000_000]
+    tokenizer = train_bpe(["hello world, again and again"] * 20 + runs, Config(vocab_size=300))
+    specials = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
+    lengths = [len(token_bytes(t)) for t in tokenizer.get_vocab() if t not in specials]
+    assert max(lengths) <= 24  # max_token_length
+    assert "Ġ" * 16 in tokenizer.get_vocab() and "-" * 16 in tokenizer.get_vocab()
+    pieces = tokenizer.pre_tokenizer.pre_tokenize_str(runs[0])
+    assert max(len(p) for p, _ in pieces) == 64 and len(pieces) == 15_626
+    for text in runs:
+        assert tokenizer.decode(tokenizer.encode(text).ids) == text
+
+
+def test_config_bounds_the_runs():
+    assert Config().max_run == 64
+    for key in ("max_run", "cjk_max_run"):
+        with pytest.raises(pydantic.ValidationError):
+            Config(**{key: 129})
+        with pytest.raises(pydantic.ValidationError):
+            Config(**{key: 0})
+
+
+# GPT-2's pre-tokenizer regex: whitespace runs uncapped. tiktoken's regex engine
+# gives up on a run of 1,000,000 spaces (a Rust panic: pyo3_runtime.PanicException).
+_GPT2_PATTERN = r"'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def _uncapped_tokenizer(trained, path: Path) -> Path:
+    """The trained tokenizer with GPT-2's uncapped regex, as a loaded
+    foreign ``tokenizer.json`` would have."""
+    stage, _, _ = trained
+    spec = json.loads((stage.ctx.work_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": _GPT2_PATTERN}
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    return path
+
+
+def test_encoder_panic_falls_back_to_tokenizers_for_that_document_only(trained, tmp_path):
+    path = _uncapped_tokenizer(trained, tmp_path / "gpt2-regex.json")
+    stage = _stage(tmp_path, "fb", tokenizer_path=str(path))
+    facts = stage.fit(_write_partitions(tmp_path, _corpus(10), []))
+    assert facts["encoder"]["encoder"] == "tiktoken"
+    spaces = "x" + " " * 1_000_000 + "y"
+    texts = ["hello world", spaces, "数据清洗"]
+    out = stage.process(_table(texts))
+    tokenizer, eos_id, _, _ = stage._tokenizer()
+    assert out["keep"].to_pylist() == [True, True, True]
+    assert out["tokenize_encoder_error"].to_pylist() == [None, "tiktoken: PanicException", None]
+    ids = out["tokenize_input_ids"].to_pylist()
+    for text, got in zip(texts, ids):
+        assert got == tokenizer.encode(text).ids + [eos_id]
+    assert tokenizer.decode(ids[1][:-1]) == spaces
+    # The same documents one by one: the same ids (nothing depends on batching).
+    assert [stage.process(_table([t]))["tokenize_input_ids"][0].as_py() for t in texts] == ids
+
+
+def test_a_document_no_encoder_can_encode_is_dropped_with_its_reason(trained, tmp_path):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_uncapped_tokenizer(trained, tmp_path / "gpt2-regex.json")))
+    fast = TiktokenEncoder(tokenizer)
+    texts = ["hello world", "\n" * 1_000_000, ""]
+    ids, reasons, errors = encode_documents(fast, texts, 1, np.uint16, fallback=None)
+    assert reasons == [None, "tokenize.encode_error", "tokenize.empty"]
+    assert errors == [None, "tiktoken: PanicException", None]
+    assert ids[0].tolist() == tokenizer.encode("hello world").ids + [1]
+    assert ids[1].dtype == np.uint16 and len(ids[1]) == 0 and len(ids[2]) == 0
+
+
+def test_fit_check_survives_an_encoder_panic(trained, tmp_path):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(_uncapped_tokenizer(trained, tmp_path / "gpt2-regex.json")))
+    encoder, facts = choose_encoder(tokenizer, ["hello world", " " * 1_000_000 + "y", "数据 123"])
+    assert isinstance(encoder, TiktokenEncoder)
+    assert facts["encoder"] == "tiktoken" and facts["failed_documents"] == 1
 
 
 def test_process_stores_uint16_ids(trained):
