@@ -46,8 +46,8 @@ import pipeline
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
-from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
-                               release_memory, write_json_atomic, write_table_atomic)
+from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
+                               process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
 from pipeline.manifest import MANIFEST, build_manifest, sha256_file
 from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
                               resolve_paths)
@@ -521,7 +521,10 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         del stage
         release_memory()  # what the fit held is not kept under the next stage's
         write_json_atomic(state, out_dir / STATE)
-    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes)
+    # What the fit left (its facts and files): with the fingerprint, the key of
+    # a worker's cached stage object, so no worker applies another fit.
+    fit_key = fit_digest(state["fit"], ctx.work_dir)
+    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes, fit_key)
              for ref, out in zip(in_parts, outputs)]
     t1 = time.perf_counter()
     tracker = runlog.tracker(name, len(tasks), in_docs)
