@@ -138,3 +138,25 @@ def test_bad_roots_are_named(tmp_path):
     with pytest.raises(ValueError, match="no project module 'notapackage.x'"):
         code_digest(["notapackage.x"], root=root)
 
+
+def test_this_repository_s_stage_and_ingest_digests():
+    from pipeline.build import ASSEMBLE_CODE, INGEST_CODE, stage_code_digest
+
+    heuristics = stage_code_digest("heuristics")
+    assert sorted(heuristics.sources) == ["pipeline/executor.py", "stages/__init__.py", "stages/base.py",
+                                          "stages/heuristics.py", "stages/text.py"]
+    assert "stages/heuristics.py" not in heuristics.definitions      # the stage module whole
+    assert {"rjieba", "ftfy", "pyarrow"} <= set(heuristics.libraries)
+    langid = stage_code_digest("langid")
+    assert langid.data == {"stages/data/zh_script_chars.json": langid.data["stages/data/zh_script_chars.json"]}
+    assert "fasttext-predict" in langid.libraries
+    # a reader change re-runs ingest; a stage or packer change does not
+    ingest = code_digest(INGEST_CODE)
+    assert "pipeline/readers.py" in ingest.sources and "pipeline/readers.py" not in ingest.definitions
+    assert not any(p.startswith("stages/") and p != "stages/base.py" for p in ingest.sources)
+    assert "ingest_file" in ingest.definitions["pipeline/build.py"]
+    assemble = code_digest(ASSEMBLE_CODE)
+    assert {"pipeline/assemble.py", "pipeline/writer.py", "stages/packing.py"} <= set(assemble.sources)
+    assert "mindspore" in assemble.libraries
+    # the tokenizer stage reaches only the packer's id hash, not the packer
+    assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
