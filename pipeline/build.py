@@ -14,8 +14,11 @@ phases, each a function that owns its outputs:
    writes only what it adds (a *layer* per partition: its measurements and
    decisions; ``stages.base.PartitionRef``), the text is stored once. Each
    stage's outputs live in ``corpora/.work/<VERSION>/<stage>/`` under a
-   fingerprint (stage config, upstream fingerprint, seed, code version); a
-   re-run skips finished partitions and finished stages.
+   fingerprint (stage config, the files it names, its effective settings,
+   upstream fingerprint, seed, and the digest of the code and data files the
+   stage runs: :data:`STAGE_CODE`, ``pipeline.code_digest``); a re-run skips
+   finished partitions and finished stages, and redoes a stage (and all after
+   it) whose code, settings or input changed.
 3. :func:`assemble_phase`: ``pipeline.assemble`` orders, packs, shuffles and
    writes shards, lineage, documents and decisions as executor tasks into
    ``corpora/.tmp-<VERSION>/``, then the tokenizer, its coverage report, the
@@ -51,12 +54,12 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
-import pipeline
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
+from pipeline.code_digest import CodeDigest, code_digest
 from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
-from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
-                               release_memory, write_json_atomic, write_table_atomic)
+from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
+                               process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
 from pipeline.location import config_base
 from pipeline.location import corpora_root as corpora_root_for
 from pipeline.lock import VersionLock, VersionLockedError
@@ -74,6 +77,21 @@ __all__ = ["BuildError", "BuildResult", "VersionExistsError", "VersionLockedErro
 DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
 STATE = "_STATE.json"
 TOOLS_DIR = REPO_ROOT / "tools" / "bin"
+
+# The code each phase runs (roots of ``pipeline.code_digest.code_digest``: a
+# module, or ``module:name`` for one definition and what it reaches). Its
+# digest is part of the phase's fingerprint, so changed code re-runs it.
+INGEST_CODE = ("pipeline.readers", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
+# Every stage also runs its own module (``stages.STAGES``).
+STAGE_CODE = ("pipeline.executor:process_partition",)
+ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.layout", "pipeline.build:assemble_phase")
+
+
+def stage_code_digest(name: str) -> CodeDigest:
+    """The :class:`~pipeline.code_digest.CodeDigest` of stage ``name``: its
+    module (``stages.STAGES``), what that module reaches, and the executor's
+    per-partition runner (:data:`STAGE_CODE`)."""
+    return code_digest((STAGES[name].split(":")[0], *STAGE_CODE))
 
 
 class VersionExistsError(FileExistsError):
@@ -355,9 +373,10 @@ class Ingested:
         quarantine: quarantined records by reason.
         quarantine_files: the quarantine lists, in order (concatenated into
             the version's ``quarantine.jsonl``).
-        fingerprint: content fingerprint (digests + ingest config): the
-            upstream of the first stage.
+        fingerprint: content fingerprint (digests + ingest config + code
+            digest): the upstream of the first stage.
         bytes_per_char: UTF-8 bytes per character of the text read.
+        code: the ingest code digest (``CodeDigest.facts()``, for the manifest).
     """
 
     parts: list[PartitionRef]
@@ -367,6 +386,7 @@ class Ingested:
     quarantine_files: list[Path]
     fingerprint: str
     bytes_per_char: float
+    code: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def list_inputs(cfg, base: Path) -> list[dict[str, Any]]:
@@ -400,8 +420,9 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
         BuildError: ``strict`` and some input record was quarantined.
     """
     ingest_dir = work / "ingest"
+    code = code_digest(INGEST_CODE)
     layout_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                             [(i["source"], i["file"]) for i in inputs], pipeline.__version__)
+                             [(i["source"], i["file"]) for i in inputs], code.digest)
     identities = [i["identity"] for i in inputs]
     ids_state = ingest_dir / "_IDS_INPUTS.json"
     stale_ids = ids_state.exists() and json.loads(ids_state.read_text()) != identities
@@ -458,11 +479,11 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
     chars = sum(r["chars"] for r in results)
     text_bytes = sum(r["text_bytes"] for r in results)
     fingerprint = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                               [(i["source"], i["file"], i["sha256"]) for i in inputs_out], pipeline.__version__)
+                               [(i["source"], i["file"], i["sha256"]) for i in inputs_out], code.digest)
     return Ingested(parts=[PartitionRef(str(p)) for p in paths], inputs=inputs_out,
                     counts=_sorted_counts(counts), quarantine=dict(sorted(quarantine.items())),
                     quarantine_files=qfiles, fingerprint=fingerprint,
-                    bytes_per_char=(text_bytes / chars) if chars else 1.0)
+                    bytes_per_char=(text_bytes / chars) if chars else 1.0, code=code.facts())
 
 
 # --------------------------------------------------------------------------- stages
@@ -496,18 +517,29 @@ def referenced_files(config: Any, cache_dir: Path) -> list[tuple[str, str]]:
 
 
 def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream: str, seed: int,
-              executor, runlog: RunLog, in_docs: list[int] | None = None
+              executor, runlog: RunLog, in_docs: list[int] | None = None,
+              code: CodeDigest | None = None
               ) -> tuple[list[PartitionRef], str, dict[str, Any], list[int]]:
     """Fit and run one stage over all partitions, resuming where a previous
     run stopped.
 
+    The stage's fingerprint covers its config, the files the config names
+    (:func:`referenced_files`), its effective settings
+    (``Stage.effective_settings``: heuristics' thresholds per language), the
+    upstream fingerprint, the seed and its code digest (``code``, default
+    :func:`stage_code_digest`): a change to any of them discards the stage's
+    outputs, and (through ``upstream``) those of every later stage.
+
     Returns:
         (the partitions with this stage's layer, fingerprint, stage report
-        ``{"per_source", "totals", "fit"}``, kept documents per partition).
+        ``{"per_source", "totals", "fit", "settings"}``, kept documents per
+        partition).
     """
     stage_cfg = getattr(cfg, name)
     config_json = stage_cfg.model_dump_json()
-    fp = _fingerprint(name, json.loads(config_json), upstream, seed, pipeline.__version__,
+    settings = stage_class(name).effective_settings(stage_cfg)
+    code = code if code is not None else stage_code_digest(name)
+    fp = _fingerprint(name, json.loads(config_json), upstream, seed, code.digest, settings,
                       referenced_files(json.loads(config_json), work.parent / "cache"))
     out_dir = work / name
     state = _read_state(out_dir)
@@ -535,7 +567,10 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         del stage
         release_memory()  # what the fit held is not kept under the next stage's
         write_json_atomic(state, out_dir / STATE)
-    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes)
+    # What the fit left (its facts and files): with the fingerprint, the key of
+    # a worker's cached stage object, so no worker applies another fit.
+    fit_key = fit_digest(state["fit"], ctx.work_dir)
+    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes, fit_key)
              for ref, out in zip(in_parts, outputs)]
     t1 = time.perf_counter()
     tracker = runlog.tracker(name, len(tasks), in_docs)
@@ -547,7 +582,8 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     for r in results:
         _merge_counts(per_source, r["counts"])
     per_source = _sorted_counts(per_source)
-    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"]}
+    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"],
+              "settings": settings}
     kept = [r["kept"] for r in results]
     state.update(done=True, report=report, kept_per_partition=kept,
                  process_seconds=round(time.perf_counter() - t1, 2))
@@ -562,14 +598,16 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
 
 @dataclasses.dataclass
 class Staged:
-    """What the stages leave: per stage its report and partitions (with the
-    layers up to it), and the last fingerprint."""
+    """What the stages leave: per stage its report, partitions (with the
+    layers up to it) and code digest (``CodeDigest.facts()``), and the last
+    fingerprint."""
 
     reports: dict[str, Any]
     parts: dict[str, list[PartitionRef]]
     final: list[PartitionRef]
     fingerprint: str
     seconds: dict[str, float]
+    code: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) -> Staged:
@@ -579,18 +617,21 @@ def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) 
     reports: dict[str, Any] = {}
     outputs: dict[str, list[PartitionRef]] = {}
     seconds: dict[str, float] = {}
+    code: dict[str, Any] = {}
     for name in STAGES:
         if not getattr(cfg, name).enabled:
             runlog.event("stage_disabled", f"[{name}] disabled in the config", stage=name)
             continue
         t0 = time.perf_counter()
+        digest = stage_code_digest(name)
         parts, upstream, report, docs = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor,
-                                                  runlog, docs)
+                                                  runlog, docs, code=digest)
         reports[name] = report
         outputs[name] = parts
+        code[name] = digest.facts()
         seconds[name] = round(time.perf_counter() - t0, 2)
     _stage_warnings(reports, runlog)
-    return Staged(reports=reports, parts=outputs, final=parts, fingerprint=upstream, seconds=seconds)
+    return Staged(reports=reports, parts=outputs, final=parts, fingerprint=upstream, seconds=seconds, code=code)
 
 
 def _stage_warnings(reports: dict[str, Any], runlog: RunLog) -> None:
@@ -623,11 +664,13 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
         raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
     tok = staged.reports["tokenize"]["fit"]
     depths = [(name, i + 1) for i, name in enumerate(staged.reports)]
+    code = code_digest(ASSEMBLE_CODE)
     fingerprint = _fingerprint("assemble", staged.fingerprint, config_dict(cfg)["output"], cfg.seed,
-                               pipeline.__version__)
+                               code.digest)
     out = assemble(cfg, staged.final, depths, staged.reports, ingested.bytes_per_char,
                    pad_id=tok["special_token_ids"]["pad"], mixture=staged.reports["mixture"]["fit"],
                    work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint)
+    out["code"] = code.facts()
     runlog.event("assembled", None, samples=out["num_samples"], shards=len(out["shards"]))
     with open(tmp / layout.QUARANTINE, "wb") as out_fh:
         for path in ingested.quarantine_files:
@@ -691,6 +734,7 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
                               ingest_counts=ingested.counts, partitions=len(ingested.parts),
                               stage_reports=staged.reports,
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
+                              code={"ingest": ingested.code, **staged.code, "assemble": assembled["code"]},
                               run={**run, "config_file": str(config_path)})
     manifest = redact(manifest, runlog.secrets)
     write_manifest(manifest, tmp)  # and its digest, manifest.sha256

@@ -357,13 +357,37 @@ def write_json_atomic(obj: Any, path: Path) -> None:
 _STAGE_CACHE: dict[tuple, Any] = {}
 
 
-def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = ""):
+def fit_digest(facts: Any, work_dir: Path) -> str:
+    """What a stage's ``fit`` produced, as 16 hex characters: sha256 of its
+    returned facts (JSON) and of the name, size and modification time (ns)
+    of every file under ``work_dir`` (its models and plans; a refit rewrites
+    them). Cheap: the files are listed, not read. A missing ``work_dir``
+    counts as empty."""
+    import hashlib
+
+    files = []
+    root = Path(work_dir)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fname in sorted(filenames):
+            path = Path(dirpath) / fname
+            try:
+                st = path.stat()
+            except OSError:          # removed while listed: not part of the fit
+                continue
+            files.append([path.relative_to(root).as_posix(), st.st_size, st.st_mtime_ns])
+    blob = json.dumps([facts, files], sort_keys=True, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = "", fit: str = ""):
     """The stage object of this worker process for (stage, config, context,
-    fingerprint): built once per process, so a model loaded by ``process``
-    is reused across partitions. The fingerprint is part of the key, so a
-    second build in one process never reuses an object that read another
-    build's fit."""
-    key = (name, config_json, ctx, fingerprint)
+    fingerprint, fit digest): built once per process, so a model loaded by
+    ``process`` is reused across partitions. The fingerprint and the digest
+    of what the fit produced (:func:`fit_digest`) are part of the key, so a
+    second build in one process (or on a long-lived Ray worker) never reuses
+    an object that read another fit, even under an equal fingerprint."""
+    key = (name, config_json, ctx, fingerprint, fit)
     if key not in _STAGE_CACHE:
         from stages import stage_class
 
@@ -465,7 +489,9 @@ def process_partition(task: tuple) -> dict[str, Any]:
         task: (stage name, stage config as JSON, context, input
             :class:`stages.base.PartitionRef`, output path, stage fingerprint,
             batch bytes: a row-independent stage is called on consecutive
-            batches of about this much text, see :func:`row_batches`).
+            batches of about this much text, see :func:`row_batches`; fit
+            digest, :func:`fit_digest`, which keys the worker's stage object
+            with the fingerprint).
 
     Returns:
         ``{"counts": partition_counts(...), "kept": n}``.
@@ -474,10 +500,10 @@ def process_partition(task: tuple) -> dict[str, Any]:
         RuntimeError: the stage broke its contract (rows added, removed or
             reordered; ``keep``/``reason`` missing).
     """
-    name, config_json, ctx, ref, out_path, fingerprint, batch_bytes = task
+    name, config_json, ctx, ref, out_path, fingerprint, batch_bytes, fit = task
     out_path = Path(out_path)
     if not out_path.exists():
-        stage = _stage(name, config_json, ctx, fingerprint)
+        stage = _stage(name, config_json, ctx, fingerprint, fit)
         table, rows = read_view(ref)
         stage.partition = ref.name
         try:

@@ -5,9 +5,14 @@ seed, code): two builds of the same inputs and config give manifests that
 differ only in ``run`` (creation time, wall times, peak memory, host).
 
 Top-level keys: ``version``, ``manifest_format``, ``code_commit``,
-``config_hash``, ``seed``, ``inputs`` (path, source, bytes, sha256),
-``quarantine`` (count by reason), ``stages`` (per stage: documents and
-characters in, kept, dropped by reason, per source; what the stage learned),
+``config_hash``, ``code`` (per phase, ``ingest``, each stage, ``assemble``:
+the code digest of its fingerprint, with the source files, data files and
+library versions it covers, ``pipeline.code_digest``), ``seed``, ``inputs``
+(path, source, bytes, sha256), ``quarantine`` (count by reason), ``stages``
+(per stage: documents and characters in, kept, dropped by reason, per source;
+what the stage learned, ``fit``; its effective settings beyond the config,
+``settings``, e.g. ``stages.heuristics.settings.thresholds``: the thresholds
+applied per language after presets and overrides),
 ``accounting`` (documents in = kept + dropped + quarantined), ``tokenizer``
 (sha256, vocabulary size, special ids), ``mixture``, ``packing``,
 ``seq_length``, ``num_samples``, ``num_tokens``, ``shards`` (name, sha256,
@@ -34,7 +39,8 @@ from typing import Any
 MANIFEST = "manifest.json"
 MANIFEST_DIGEST = "manifest.sha256"
 # 2: split tables (lineage/, documents/, ..., pipeline.layout), "layout" section.
-MANIFEST_FORMAT = 2
+# 3: "code" section (code digests per phase), "settings" per stage.
+MANIFEST_FORMAT = 3
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -173,7 +179,8 @@ def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: dict[str, int],
                    ingest_counts: dict[str, Any], partitions: int, stage_reports: dict[str, Any],
-                   accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+                   accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any],
+                   code: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest of a version, from what each build phase produced.
 
     Args:
@@ -181,11 +188,13 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         quarantine: quarantined records by reason.
         ingest_counts: per source documents and characters read.
         partitions: number of ingest partitions.
-        stage_reports: stage -> ``{"per_source", "totals", "fit"}``.
+        stage_reports: stage -> ``{"per_source", "totals", "fit", "settings"}``.
         accounting: the checked accounting.
         assembled: ``pipeline.build.assemble_phase``'s result.
         run: run facts (``wall_seconds``, ``stage_seconds``, ``peak_rss``,
             ``executor``, ``num_workers``, ``task_nodes``, ``config_file``).
+        code: phase (``ingest``, each stage, ``assemble``) ->
+            ``CodeDigest.facts()`` of the code that made it.
     """
     import os
     import platform
@@ -201,6 +210,7 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "version": version,
         "code_commit": code_commit(REPO_ROOT),
         "config_hash": config_hash(cfg),
+        "code": code or {},
         "seed": cfg.seed,
         "inputs": inputs,
         "quarantine": dict(sorted(quarantine.items())),

@@ -310,6 +310,16 @@ class Stage:
         self.config = config
         self.ctx = ctx
 
+    @classmethod
+    def effective_settings(cls, config: StageConfig) -> dict[str, Any]:
+        """What shapes :meth:`process`'s output beyond ``config`` itself, as
+        JSON-able data: the values the stage derives from its config and its
+        built-in defaults (e.g. heuristics' thresholds per language after
+        presets and overrides). The build puts it in the stage's fingerprint
+        (a changed preset re-runs the stage) and in the manifest
+        (``stages.<name>.settings``). Default: nothing (``{}``)."""
+        return {}
+
     def fit(self, partitions: Partitions) -> dict[str, Any]:
         """Learn what the stage needs from all its input, write it under
         ``ctx.work_dir`` and return facts for the manifest (JSON-able)."""

@@ -366,6 +366,22 @@ class Config(StageConfig):
             off["max_bad_words"] = None
         return merged.model_copy(update=off) if off else merged
 
+    def effective_thresholds(self) -> dict[str, dict[str, int | float]]:
+        """The thresholds applied per language, after presets, overrides,
+        ``disabled_families``, the CJK rule and ``bad_words``
+        (:meth:`for_language`): language -> the rules that are on (and the
+        parameters ``short_line_chars``, ``long_document_min_words``) with
+        their values; a rule that is off is absent.
+
+        Languages: every preset (``code``, ``default``, ``en``, ``ja``,
+        ``zh``), every language of ``thresholds`` and ``bad_words``, and the
+        CJK languages (``stages.text.CJK_LANGS``); any other language gets the
+        ``default`` entry. Sorted by language, so equal configs give equal
+        JSON.
+        """
+        langs = set(PRESETS) | set(self.thresholds) | set(self.bad_words) | set(CJK_LANGS)
+        return {lang: self.for_language(lang).model_dump(exclude_none=True) for lang in sorted(langs)}
+
 
 @functools.lru_cache(maxsize=1)
 def _break_table() -> np.ndarray:
@@ -972,6 +988,13 @@ class HeuristicsStage(Stage):
     row_independent = True
     name = "heuristics"
     Config = Config
+
+    @classmethod
+    def effective_settings(cls, config: Config) -> dict[str, Any]:
+        """``{"thresholds": config.effective_thresholds()}``: the thresholds
+        per language the stage applies (in its fingerprint and the manifest,
+        ``stages.heuristics.settings.thresholds``)."""
+        return {"thresholds": config.effective_thresholds()}
 
     def process(self, table: pa.Table) -> pa.Table:
         """Measure and decide every document of ``table`` (n rows)."""

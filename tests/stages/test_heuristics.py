@@ -391,3 +391,33 @@ def test_terminal_escapes_and_control_characters_are_residue():
     doc = Document("\x1b[31mred\x1b[0m text \x01\x07 and \\u00e9 here", "en")
     assert doc.counts["residue"] == 5      # 2 escape sequences, 2 controls, 1 \u00e9
     assert Document("plain\ttext\x0cpage\r\nnext\x0bline\n", "en").counts["residue"] == 0
+
+
+def test_effective_thresholds_per_language_after_presets_and_overrides():
+    """What the build fingerprints and writes to the manifest
+    (stages.heuristics.settings.thresholds): the thresholds applied, per
+    language, after presets, overrides, disabled families and bad words."""
+    config = Config(thresholds={"zh": {"min_stop_words": None, "max_duplicate_5gram_char_share": 0.25},
+                                "default": {"min_words": 7}, "fr": {"min_chars": 40}},
+                    disabled_families=["c4"], bad_words={"de": ["schimpf"]})
+    settings = HeuristicsStage.effective_settings(config)
+    assert list(settings) == ["thresholds"]
+    t = settings["thresholds"]
+    assert list(t) == ["code", "de", "default", "en", "fr", "ja", "ko", "wuu", "yue", "zh"]
+    assert (t["zh"]["min_chars"], t["zh"]["max_duplicate_5gram_char_share"], t["zh"]["short_line_chars"]) \
+        == (10, 0.25, 16)
+    assert "min_stop_words" not in t["zh"] and "min_mean_word_length" not in t["zh"]    # off: absent
+    assert t["en"]["min_stop_words"] == 2 and t["en"]["min_alpha_word_share"] == 0.80
+    # a language without a preset: the preset default, the user's default layer, its own layer
+    assert (t["fr"]["min_chars"], t["fr"]["min_words"], t["fr"]["min_mean_word_length"]) == (40, 7, 3.0)
+    assert t["default"]["min_words"] == 7 and t["default"]["min_chars"] == 20
+    assert "min_mean_word_length" not in t["ko"]                # CJK: no mean word length
+    assert "max_lorem_ipsum" not in t["en"]                     # family c4 disabled
+    assert "max_bad_words" not in t["de"] and "max_bad_words" not in t["en"]   # c4 off for all
+    assert t["code"] == {"min_chars": 20, "short_line_chars": 30, "max_mojibake_per_kchar": 1.0,
+                         "max_line_length": 1000, "max_mean_line_length": 100.0, "min_alnum_char_share": 0.25}
+    # equal to what process applies for every language, listed or not
+    for lang in ("zh", "en", "fr", "ko", "code"):
+        assert Thresholds(**t[lang]).model_dump(exclude_none=True) == \
+            config.for_language(lang).model_dump(exclude_none=True)
+    assert config.for_language("sw").model_dump(exclude_none=True) == t["default"]

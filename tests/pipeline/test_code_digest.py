@@ -1,0 +1,162 @@
+"""Code digests: what a phase's fingerprint covers, on a small real project
+tree (and on this repository's own stages)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline.code_digest import code_digest
+
+A = '''"""Module a."""
+import json
+
+from pkg import b
+from pkg.c import helper, LIMIT
+
+TABLE = {"x": 1}
+
+
+def run(x):
+    """Doc of run."""
+    # a comment
+    return helper(x) + b.twice(x) + TABLE["x"]
+
+
+def by_name(name):
+    return globals()[name]
+
+
+RULES = ("named",)
+
+
+def named():
+    return 2
+'''
+
+B = '''def twice(x):
+    return 2 * x
+'''
+
+C = '''import re
+import numpy as np
+import scipy
+from pathlib import Path
+
+LIMIT = 3
+WORD = re.compile(r"\\w+")
+
+
+def helper(x: scipy.sparse.spmatrix) -> int:
+    return int(np.int64(x)) + LIMIT + len(words())
+
+
+def words():
+    return (Path(__file__).parent / "data" / "words.txt").read_text().split()
+
+
+def unrelated():
+    return 1
+'''
+
+
+def _project(root: Path) -> Path:
+    (root / "pkg" / "data").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "a.py").write_text(A)
+    (root / "pkg" / "b.py").write_text(B)
+    (root / "pkg" / "c.py").write_text(C)
+    (root / "pkg" / "data" / "words.txt").write_text("one two\n")
+    (root / "notapackage").mkdir()
+    (root / "notapackage" / "x.py").write_text("import pkg.a\n")
+    return root
+
+
+def test_a_module_root_covers_what_it_reaches(tmp_path):
+    root = _project(tmp_path / "p")
+    d = code_digest(["pkg.a"], root=root)
+    assert sorted(d.sources) == ["pkg/a.py", "pkg/b.py", "pkg/c.py"]
+    # pkg.a takes c's helper and LIMIT and what they reach, not unrelated()
+    assert d.definitions == {"pkg/c.py": ["LIMIT", "helper", "words"]}
+    # words() names the data directory: its files are in the digest
+    assert list(d.data) == ["pkg/data/words.txt"]
+    # re, json, pathlib: standard library; scipy only in an annotation
+    assert list(d.libraries) == ["numpy"]
+    assert d.python.count(".") == 1
+    assert len(d.digest) == 16
+
+
+def test_code_changes_change_the_digest_and_nothing_else_does(tmp_path):
+    root = _project(tmp_path / "p")
+    first = code_digest(["pkg.a"], root=root).digest
+
+    # comments, docstrings, blank lines: same digest
+    (root / "pkg" / "a.py").write_text(A.replace("# a comment", "# another comment")
+                                       .replace('"""Doc of run."""', '"""Other words."""') + "\n\n")
+    assert code_digest(["pkg.a"], root=root).digest == first
+    # a definition pkg.a does not reach: same digest
+    (root / "pkg" / "c.py").write_text(C.replace("return 1\n", "return 100\n"))
+    assert code_digest(["pkg.a"], root=root).digest == first
+    # __pycache__ and another checkout path: same digest
+    (root / "pkg" / "__pycache__").mkdir()
+    (root / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\x00junk")
+    moved = tmp_path / "elsewhere" / "checkout"
+    shutil.copytree(root, moved)
+    assert code_digest(["pkg.a"], root=moved).digest == first
+
+    # a constant, a regex, a called function, a data file: each changes it
+    for path, old, new in [("pkg/a.py", '{"x": 1}', '{"x": 2}'),
+                           ("pkg/c.py", "LIMIT = 3", "LIMIT = 4"),
+                           ("pkg/b.py", "2 * x", "3 * x"),
+                           ("pkg/data/words.txt", "one two", "one two three")]:
+        before = (moved / path).read_text()
+        (moved / path).write_text(before.replace(old, new))
+        assert code_digest(["pkg.a"], root=moved).digest != first, path
+        (moved / path).write_text(before)
+        assert code_digest(["pkg.a"], root=moved).digest == first, path
+
+
+def test_a_definition_root_takes_only_what_it_reaches(tmp_path):
+    root = _project(tmp_path / "p")
+    d = code_digest(["pkg.c:helper"], root=root)
+    assert sorted(d.sources) == ["pkg/c.py"]
+    assert d.definitions == {"pkg/c.py": ["LIMIT", "helper", "words"]}
+    # a function named by a string in its module (a lookup by name) is reached
+    by_name = code_digest(["pkg.a:RULES"], root=root)
+    assert by_name.definitions == {"pkg/a.py": ["RULES", "named"]}
+    before = code_digest(["pkg.c:helper"], root=root).digest
+    (root / "pkg" / "a.py").write_text(A.replace("return 2", "return 3"))
+    assert code_digest(["pkg.c:helper"], root=root).digest == before
+
+
+def test_bad_roots_are_named(tmp_path):
+    root = _project(tmp_path / "p")
+    with pytest.raises(ValueError, match="no project module 'pkg.nope'"):
+        code_digest(["pkg.nope"], root=root)
+    with pytest.raises(ValueError, match="pkg.c defines no 'missing'"):
+        code_digest(["pkg.c:missing"], root=root)
+    with pytest.raises(ValueError, match="no project module 'notapackage.x'"):
+        code_digest(["notapackage.x"], root=root)
+
+
+def test_this_repository_s_stage_and_ingest_digests():
+    from pipeline.build import ASSEMBLE_CODE, INGEST_CODE, stage_code_digest
+
+    heuristics = stage_code_digest("heuristics")
+    assert sorted(heuristics.sources) == ["pipeline/executor.py", "stages/__init__.py", "stages/base.py",
+                                          "stages/heuristics.py", "stages/text.py"]
+    assert "stages/heuristics.py" not in heuristics.definitions      # the stage module whole
+    assert {"rjieba", "ftfy", "pyarrow"} <= set(heuristics.libraries)
+    langid = stage_code_digest("langid")
+    assert langid.data == {"stages/data/zh_script_chars.json": langid.data["stages/data/zh_script_chars.json"]}
+    assert "fasttext-predict" in langid.libraries
+    # a reader change re-runs ingest; a stage or packer change does not
+    ingest = code_digest(INGEST_CODE)
+    assert "pipeline/readers.py" in ingest.sources and "pipeline/readers.py" not in ingest.definitions
+    assert not any(p.startswith("stages/") and p != "stages/base.py" for p in ingest.sources)
+    assert "ingest_file" in ingest.definitions["pipeline/build.py"]
+    assemble = code_digest(ASSEMBLE_CODE)
+    assert {"pipeline/assemble.py", "pipeline/writer.py", "stages/packing.py"} <= set(assemble.sources)
+    assert "mindspore" in assemble.libraries
+    # the tokenizer stage reaches only the packer's id hash, not the packer
+    assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
