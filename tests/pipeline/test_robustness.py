@@ -43,7 +43,8 @@ BAD_FILES = {
     "surrogate.jsonl": (jl(good(1), b'{"text": "bad \\udc80 half"}'), [(2, "read.lone_surrogate")], 1),
     "bom_crlf.jsonl": (b"\xef\xbb\xbf" + good(1) + b"\r\n" + good(2) + b"\r\n", [], 2),
     "separators.jsonl": (jl(json.dumps({"text": GOOD + "\u2028" + GOOD + "\u2029end"}).encode(), good(2)), [], 2),
-    "nul.jsonl": (jl(good(1), b'{"text": "nul \\u0000 inside"}'), [(2, "read.nul_byte")], 1),
+    # a NUL is a property of the text: removed and counted (manifest ingest.nul_removed), not quarantined
+    "nul.jsonl": (jl(good(1), b'{"text": "nul \\u0000 inside"}'), [], 2),
     "notjson.jsonl": (jl(b"this is not json", b"[1, 2, 3]", good(3)),
                       [(1, "read.invalid_json"), (2, "read.not_object")], 1),
     "fields.jsonl": (jl(b'{"body": "x"}', b'{"text": ""}', b'{"text": 42}', good(4)),
