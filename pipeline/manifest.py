@@ -6,7 +6,9 @@ differ only in ``run`` (creation time, wall times, peak memory, host).
 
 Top-level keys: ``version``, ``manifest_format``, ``code_commit``,
 ``config_hash``, ``seed``, ``inputs`` (path, source, bytes, sha256),
-``quarantine`` (count by reason), ``stages`` (per stage: documents and
+``quarantine`` (count by reason), ``ingest`` (per source documents and
+characters read, partitions, ``failed_files``: every input not read whole,
+``nul_removed``: NUL characters removed from texts), ``stages`` (per stage: documents and
 characters in, kept, dropped by reason, per source; what the stage learned),
 ``accounting`` (documents in = kept + dropped + quarantined), ``tokenizer``
 (sha256, vocabulary size, special ids), ``mixture``, ``packing``,
@@ -69,7 +71,9 @@ def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 
 def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: dict[str, int],
                    ingest_counts: dict[str, Any], partitions: int, stage_reports: dict[str, Any],
-                   accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+                   accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any],
+                   failed_files: list[dict[str, Any]] | None = None,
+                   nul_removed: dict[str, int] | None = None) -> dict[str, Any]:
     """The manifest of a version, from what each build phase produced.
 
     Args:
@@ -82,6 +86,10 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         assembled: ``pipeline.build.assemble_phase``'s result.
         run: run facts (``wall_seconds``, ``stage_seconds``, ``peak_rss``,
             ``executor``, ``num_workers``, ``task_nodes``, ``config_file``).
+        failed_files: input files not read whole (or empty): ``source``,
+            ``file``, ``reason``, ``detail``, ``records_read``.
+        nul_removed: ``{"documents": n, "characters": n}`` of NUL characters
+            removed from texts at ingest.
     """
     import os
     import platform
@@ -100,7 +108,8 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "seed": cfg.seed,
         "inputs": inputs,
         "quarantine": dict(sorted(quarantine.items())),
-        "ingest": {"per_source": ingest_counts, "partitions": partitions},
+        "ingest": {"per_source": ingest_counts, "partitions": partitions, "failed_files": failed_files or [],
+                   "nul_removed": nul_removed or {"documents": 0, "characters": 0}},
         "stage_order": list(stage_reports),
         "stages": stage_reports,
         "accounting": accounting,
