@@ -330,3 +330,28 @@ def test_unreadable_input_file_is_quarantined_in_one_line_and_strict_fails_on_it
         "error: --strict: 1 input record(s) quarantined ({'read.unreadable_file': 1}); "
         f"1 file(s) not read whole: {locked} (read.unreadable_file: {cause})")
     assert not (tmp_path / "corpora" / "m2").exists()
+
+
+def test_a_file_that_could_not_be_read_is_read_again_on_a_re_run(tmp_path):
+    """No completion marker after ``read.unreadable_file``: once the file can
+    be read (same size and mtime: a permission fixed), the re-run reads it."""
+    from pipeline.build import ingest_file
+    from pipeline.readers import input_identity
+
+    path = tmp_path / "in.jsonl"
+    path.mkdir()  # cannot be opened as a file: IsADirectoryError, an OSError like PermissionError
+    out = tmp_path / "ingest"
+    out.mkdir()
+    task = {"source": "s", "path": str(path), "file": "in.jsonl", "identity": {"size": 0, "mtime_ns": 1},
+            "format": "jsonl", "text_field": "text", "text_unit": "file", "lang": None, "id_field": None,
+            "max_bytes": 1 << 20, "partition_bytes": 1 << 20, "partition_max_docs": None,
+            "storage_options": {}, "out_dir": str(out), "cache_dir": str(tmp_path / "cache"), "index": 0}
+    first = ingest_file(task)
+    assert (first["documents"], first["quarantine"], first["sha256"]) == (0, {"read.unreadable_file": 1}, None)
+    assert first["file_failure"]["detail"].startswith("IsADirectoryError: [Errno 21] Is a directory")
+    assert not (out / "file-00000.json").exists()
+    path.rmdir()
+    path.write_bytes(jl(good(1), good(2)))
+    second = ingest_file({**task, "identity": input_identity(path)})
+    assert (second["documents"], second["quarantine"], second["file_failure"]) == (2, {}, None)
+    assert (out / "file-00000.json").exists()
