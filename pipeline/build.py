@@ -66,8 +66,8 @@ from pipeline.lock import VersionLock, VersionLockedError
 from pipeline.lock import describe as describe_lock
 from pipeline.manifest import MANIFEST, MANIFEST_DIGEST, build_manifest, sha256_file, write_manifest
 from pipeline.redact import redact, secret_values
-from pipeline.readers import (Quarantined, display_path, input_identity, is_url, read_file,
-                              resolve_paths)
+from pipeline.readers import (FILE_REASONS, READER_VERSION, RETRY_REASONS, Quarantined, detect_format, display_path,
+                              input_identity, is_url, parquet_column_problem, read_file, resolve_paths)
 from pipeline.runlog import RunLog, crash_point
 from stages import STAGES, stage_class
 from stages.base import KEEP, REASON, PartitionRef, Partitions, StageContext, read_view
@@ -96,6 +96,11 @@ def stage_code_digest(name: str) -> CodeDigest:
 
 class VersionExistsError(FileExistsError):
     """The version directory already exists; versions are immutable."""
+
+
+class IngestError(BuildError):
+    """Ingest of one input file failed outside its reading (writing its
+    partitions, for instance); the message names the file."""
 
 
 @dataclasses.dataclass
@@ -172,23 +177,46 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
 
     Returns:
         ``{"parts": [...], "documents": n, "chars": n, "text_bytes": n,
+        "nul_documents": n, "nul_chars": n (NUL characters removed),
         "quarantine": {reason: n}, "first_quarantine": entry or None,
-        "bytes", "sha256", "identity"}``; also written to ``file-<index>.json``,
-        the file's completion marker (reused while the identity is the same).
-        The quarantined records go to ``quarantine-<index>.jsonl``.
+        "file_failure": the file-level quarantine entry or None, "bytes",
+        "sha256" (None when the file cannot be read), "identity"}``; also
+        written to ``file-<index>.json``, the file's completion marker (reused
+        while the identity is the same), except after a failure that may not
+        recur (:data:`pipeline.readers.RETRY_REASONS`: a re-run reads the file
+        again). The quarantined records go to ``quarantine-<index>.jsonl``.
+
+    Raises:
+        IngestError: something other than reading the file failed (writing a
+            partition...), with the file named. A file that cannot be read is
+            quarantined, never raised.
     """
+    try:
+        return _ingest_file(task)
+    except Exception as exc:
+        raise IngestError(f"ingest of {task['file']} (source {task['source']}) failed: "
+                          f"{type(exc).__name__}: {exc}") from exc
+
+
+def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
     out_dir = Path(task["out_dir"])
     marker = out_dir / f"file-{task['index']:05d}.json"
     if marker.exists():
         done = json.loads(marker.read_text())
         if done.get("identity") == task["identity"]:
             return done
-    size, digest = input_digest(task["path"], task["identity"], Path(task["cache_dir"]), task["storage_options"])
     source, file = task["source"], task["file"]
+    try:
+        size, digest = input_digest(task["path"], task["identity"], Path(task["cache_dir"]),
+                                    task["storage_options"])
+        unreadable = None
+    except OSError as exc:  # permissions, a vanished file, storage errors: the file is quarantined
+        size, digest = int(task["identity"].get("size") or 0), None
+        unreadable = Quarantined(file, 1, -1, "read.unreadable_file", f"{type(exc).__name__}: {exc}"[:200])
     parts: list[str] = []
     rows: list = []
     pending_bytes = 0
-    totals = {"documents": 0, "chars": 0, "text_bytes": 0}
+    totals = {"documents": 0, "chars": 0, "text_bytes": 0, "nul_documents": 0, "nul_chars": 0}
     quarantine: Counter = Counter()
     first_quarantine = None
     qpath = out_dir / f"quarantine-{task['index']:05d}.jsonl"
@@ -218,14 +246,19 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
         rows.clear()
         pending_bytes = 0
 
+    failure = None
+    items = ([unreadable] if unreadable else
+             read_file(task["path"], file, task["format"], task["text_field"], task["text_unit"],
+                       task["max_bytes"], task["id_field"], task["storage_options"]))
     with open(qtmp, "w", encoding="utf-8") as qfh:
-        for item in read_file(task["path"], file, task["format"], task["text_field"], task["text_unit"],
-                              task["max_bytes"], task["id_field"], task["storage_options"]):
+        for item in items:
             if isinstance(item, Quarantined):
                 entry = {"source": source, **dataclasses.asdict(item)}
                 qfh.write(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
                 quarantine[item.reason] += 1
                 first_quarantine = first_quarantine or entry
+                if item.reason in FILE_REASONS:
+                    failure = {**entry, "records_read": totals["documents"]}
                 continue
             rows.append(item)
             n = _utf8_len(item.text)
@@ -233,15 +266,21 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
             totals["documents"] += 1
             totals["chars"] += len(item.text)
             totals["text_bytes"] += n
+            if item.nul_chars:
+                totals["nul_documents"] += 1
+                totals["nul_chars"] += item.nul_chars
             if pending_bytes >= task["partition_bytes"] or (
                     task["partition_max_docs"] and len(rows) >= task["partition_max_docs"]):
                 flush()
         flush()
     os.replace(qtmp, qpath)
     result = {"parts": parts, **totals, "quarantine": dict(sorted(quarantine.items())),
-              "first_quarantine": first_quarantine, "bytes": size, "sha256": digest,
+              "first_quarantine": first_quarantine, "file_failure": failure, "bytes": size, "sha256": digest,
               "identity": task["identity"]}
-    write_json_atomic(result, marker)
+    if failure is None or failure["reason"] not in RETRY_REASONS:
+        write_json_atomic(result, marker)
+    else:
+        marker.unlink(missing_ok=True)
     return result
 
 
@@ -373,10 +412,15 @@ class Ingested:
         quarantine: quarantined records by reason.
         quarantine_files: the quarantine lists, in order (concatenated into
             the version's ``quarantine.jsonl``).
-        fingerprint: content fingerprint (digests + ingest config + code
-            digest): the upstream of the first stage.
+        fingerprint: content fingerprint (digests, what was read of each
+            file, ingest config, code digest): the upstream of the first stage.
         bytes_per_char: UTF-8 bytes per character of the text read.
         code: the ingest code digest (``CodeDigest.facts()``, for the manifest).
+        failed_files: per input file not read whole (or empty), in file
+            order: ``source``, ``file``, ``reason``, ``detail``,
+            ``records_read`` (the documents read before the failure).
+        nul_removed: ``{"documents": n, "characters": n}``: NUL characters
+            removed from the texts read.
     """
 
     parts: list[PartitionRef]
@@ -387,15 +431,20 @@ class Ingested:
     fingerprint: str
     bytes_per_char: float
     code: dict[str, Any] = dataclasses.field(default_factory=dict)
+    failed_files: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    nul_removed: dict[str, int] = dataclasses.field(default_factory=lambda: {"documents": 0, "characters": 0})
 
 
-def list_inputs(cfg, base: Path) -> list[dict[str, Any]]:
+def list_inputs(cfg, base: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
     """Every input file of every source, with its identity (size and mtime or
-    ETag, from a stat: nothing is read).
+    ETag, from a stat: nothing is read). Hidden and partial-upload names
+    matched by a wildcard are left out (``pipeline.readers.resolve_paths``)
+    and appended to ``skipped``.
 
     Raises:
         ConfigError: a file is an input of two sources.
         FileNotFoundError: a pattern matches no file.
+        ListingError: a directory under a pattern cannot be listed.
     """
     seen: dict[str, str] = {}
     out = []
@@ -403,7 +452,7 @@ def list_inputs(cfg, base: Path) -> list[dict[str, Any]]:
         root = base
         if scfg.root is not None:
             root = scfg.root if is_url(scfg.root) else base / scfg.root  # base / absolute = absolute
-        for path in resolve_paths(scfg.paths, root, scfg.storage_options):
+        for path in resolve_paths(scfg.paths, root, scfg.storage_options, skipped):
             if path in seen:
                 raise ConfigError(f"sources.{source}.paths: {path} is also an input of source {seen[path]!r}")
             seen[path] = source
@@ -412,17 +461,55 @@ def list_inputs(cfg, base: Path) -> list[dict[str, Any]]:
     return out
 
 
-def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog: RunLog,
-                 strict: bool) -> Ingested:
-    """Phase 1 (see the module docstring).
+def _column_problem(task: tuple[str, str, str | None, dict]) -> str | None:
+    path, text_field, id_field, storage_options = task
+    try:
+        return parquet_column_problem(path, text_field, id_field, storage_options)
+    except Exception:  # noqa: BLE001 - an unreadable file is quarantined by ingest
+        return None
+
+
+def check_input_schemas(cfg, inputs: list[dict[str, Any]], threads: int = 16) -> None:
+    """Check, before any work, that every Parquet input has the configured
+    ``text_field`` (a text column) and ``id_field``: a misspelled field is a
+    config mistake, not bad data. Reads only the footers, ``threads`` at a
+    time; a file whose footer cannot be read is left to ingest (quarantined).
 
     Raises:
-        BuildError: ``strict`` and some input record was quarantined.
+        ConfigError: naming the source, the file, the field and the columns
+            that exist.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    checks, names = [], []
+    for inp in inputs:
+        scfg = cfg.sources[inp["source"]]
+        fmt = detect_format(inp["path"]) if scfg.format == "auto" else scfg.format
+        if fmt == "parquet":
+            checks.append((inp["path"], scfg.text_field, scfg.id_field, scfg.storage_options))
+            names.append(inp)
+    if not checks:
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(checks))) as pool:
+        problems = list(pool.map(_column_problem, checks))
+    for inp, problem in zip(names, problems):
+        if problem:
+            raise ConfigError(f"sources.{inp['source']}: {inp['file']}: {problem}")
+
+
+def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog: RunLog,
+                 strict: bool) -> Ingested:
+    """Phase 1 (see the module docstring). Every file that is not read whole
+    is named in the run log (one line each) and in ``Ingested.failed_files``.
+
+    Raises:
+        BuildError: ``strict`` and some input record or file was quarantined
+            (the message names the files not read whole).
     """
     ingest_dir = work / "ingest"
     code = code_digest(INGEST_CODE)
     layout_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                             [(i["source"], i["file"]) for i in inputs], code.digest)
+                             [(i["source"], i["file"]) for i in inputs], code.digest, READER_VERSION)
     identities = [i["identity"] for i in inputs]
     ids_state = ingest_dir / "_IDS_INPUTS.json"
     stale_ids = ids_state.exists() and json.loads(ids_state.read_text()) != identities
@@ -466,24 +553,38 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
     for c in executor.map(base_counts, [{"path": str(p)} for p in paths]):
         _merge_counts(counts, c)
     n_docs = sum(s["documents_in"] for s in counts.values())
+    failed = [{k: r["file_failure"][k] for k in ("source", "file", "reason", "detail", "records_read")}
+              for r in results if r.get("file_failure")]
+    for f in failed:
+        runlog.event("input_not_read", f"[ingest] {f['file']}: {f['reason']} after {f['records_read']} "
+                     f"record(s): {f['detail']}", **f)
+    nul = {"documents": sum(r.get("nul_documents", 0) for r in results),
+           "characters": sum(r.get("nul_chars", 0) for r in results)}
     runlog.event("ingest_done", f"[ingest] {n_docs} documents in {len(paths)} partitions, "
-                 f"{sum(quarantine.values())} quarantined", documents=n_docs, partitions=len(paths),
-                 quarantined=dict(quarantine))
+                 f"{sum(quarantine.values())} quarantined, {len(failed)} file(s) not read whole",
+                 documents=n_docs, partitions=len(paths), quarantined=dict(quarantine), failed_files=len(failed),
+                 nul_removed=nul)
     if strict and quarantine:
         first = firsts[0]
+        files = "; ".join(f"{f['file']} ({f['reason']}: {f['detail']})" for f in failed[:5])
         raise BuildError(f"--strict: {sum(quarantine.values())} input record(s) quarantined "
                          f"({dict(sorted(quarantine.items()))}); "
-                         f"first: {first['file']} line {first['line']}: {first['reason']}")
+                         + (f"{len(failed)} file(s) not read whole: {files}" if failed else
+                            f"first: {first['file']} line {first['line']}: {first['reason']}"))
     inputs_out = [{"source": i["source"], "file": i["file"], "bytes": r["bytes"], "sha256": r["sha256"]}
                   for i, r in zip(inputs, results)]
     chars = sum(r["chars"] for r in results)
     text_bytes = sum(r["text_bytes"] for r in results)
+    # What was read of each file, not only its digest: a file that failed
+    # (unreadable now, readable on a re-run) changes what every stage sees.
     fingerprint = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                               [(i["source"], i["file"], i["sha256"]) for i in inputs_out], code.digest)
+                               [(i["source"], i["file"], i["sha256"], r["documents"], r["quarantine"])
+                                for i, r in zip(inputs_out, results)], code.digest)
     return Ingested(parts=[PartitionRef(str(p)) for p in paths], inputs=inputs_out,
                     counts=_sorted_counts(counts), quarantine=dict(sorted(quarantine.items())),
                     quarantine_files=qfiles, fingerprint=fingerprint,
-                    bytes_per_char=(text_bytes / chars) if chars else 1.0, code=code.facts())
+                    bytes_per_char=(text_bytes / chars) if chars else 1.0, code=code.facts(),
+                    failed_files=failed, nul_removed=nul)
 
 
 # --------------------------------------------------------------------------- stages
@@ -732,6 +833,7 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
     ``report.html`` into ``tmp``. Returns the manifest."""
     manifest = build_manifest(version=version, cfg=cfg, inputs=ingested.inputs, quarantine=ingested.quarantine,
                               ingest_counts=ingested.counts, partitions=len(ingested.parts),
+                              failed_files=ingested.failed_files, nul_removed=ingested.nul_removed,
                               stage_reports=staged.reports,
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
                               code={"ingest": ingested.code, **staged.code, "assemble": assembled["code"]},
@@ -859,7 +961,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         The published version directory and its manifest.
 
     Raises:
-        ConfigError: invalid config (nothing was done).
+        ConfigError: invalid config, or a Parquet input lacks the configured
+            ``text_field``/``id_field`` (nothing was done).
+        ListingError: an input directory cannot be listed (nothing was done).
         VersionExistsError: the version already exists (nothing was done).
         VersionLockedError: another build of this version runs (or another
             host's lock is there; nothing was done).
@@ -878,7 +982,9 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     if final.exists():
         raise VersionExistsError(f"{final} already exists: published versions are never overwritten "
                                  "(choose a new VERSION, or remove that directory yourself)")
-    inputs = list_inputs(cfg, base)
+    skipped: list[str] = []
+    inputs = list_inputs(cfg, base, skipped)
+    check_input_schemas(cfg, inputs)
     secrets = secret_values(config_dict(cfg))
     lock = VersionLock.acquire(root, version)  # before anything is written for this version
     try:
@@ -901,6 +1007,10 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             runlog.event("lock_taken_over", f"took over the stale lock {lock.path} of "
                          f"{describe_lock(lock.taken_over)} (that process no longer runs)",
                          stale_lock=lock.taken_over)
+        if skipped:
+            runlog.event("inputs_skipped", f"skipped {len(skipped)} hidden or partial-upload file(s) matched by "
+                         f"source patterns: {', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}",
+                         files=skipped[:1000], count=len(skipped))
         timings: dict[str, float] = {}
         with make_executor(cfg.executor, workers) as executor:
             t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pipeline.report import PLAN_DEFAULTS  # noqa: E402 - light: matplotlib is imported on use
 from pipeline.terminal import markup, visible, visible_json
@@ -55,7 +56,10 @@ def _error(message: str) -> None:
 
 def summary_table(manifest: dict[str, Any]) -> Table:
     """Per stage: documents in, kept, dropped, characters kept, seconds; then
-    one row per drop reason with its count and share of the stage's input."""
+    one row per drop reason with its count and share of the stage's input.
+    Under ingest, one row per input file not read whole (its reason, the end
+    of its name, the records read before the failure as kept) and the NUL
+    characters removed; the caption names those files in full with the cause."""
     table = Table(title=f"corpus {markup(manifest['version'])}: per-stage summary")
     table.add_column("stage / drop reason", no_wrap=True)
     for col in ("docs in", "kept", "dropped", "chars kept", "seconds"):
@@ -63,6 +67,7 @@ def summary_table(manifest: dict[str, Any]) -> Table:
     ing = manifest["ingest"]["per_source"]
     n_ing = sum(s["documents_in"] for s in ing.values())
     quarantine = manifest["quarantine"]
+    failed = manifest["ingest"].get("failed_files", [])
     secs = manifest.get("run", {}).get("stage_seconds", {})
     rows = [("ingest", n_ing + sum(quarantine.values()), n_ing, sum(s["chars_in"] for s in ing.values()),
              quarantine)]
@@ -75,7 +80,26 @@ def summary_table(manifest: dict[str, Any]) -> Table:
         for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
             table.add_row(f"  {markup(reason)}", "", "", f"{count:,}", f"{count / max(n_in, 1):.1%} of in", "",
                           style="dim")
+        if name == "ingest":
+            for f in failed:
+                # kept: the records read before the failure; what the file holds after it is not counted
+                table.add_row(Text(f"  {f['reason']} {_tail(f['file'], 32)}"), "", f"{f['records_read']:,}",
+                              "", "", "", style="bold red")
+            nul = manifest["ingest"].get("nul_removed", {})
+            if nul.get("documents"):
+                table.add_row(f"  NUL removed: {nul['characters']:,} chars", "", f"{nul['documents']:,}",
+                              "", "", "", style="dim")
+    if failed:
+        # Text, not markup: paths and error messages hold brackets ("[Errno 13]")
+        table.caption = Text(f"{len(failed)} input file(s) not read whole (report.html, run.log.jsonl): "
+                             + "; ".join(f"{f['file']}: {f['reason']} after {f['records_read']:,} record(s) "
+                                         f"({f['detail']})" for f in failed), style="bold red")
     return table
+
+
+def _tail(text: str, width: int) -> str:
+    """``text``, cut on the left to ``width`` characters (``…`` + its end)."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def output_table(manifest: dict[str, Any]) -> Table:
@@ -107,12 +131,13 @@ def build(
     from pipeline.build import BuildError, VersionExistsError, VersionLockedError, build as run_build
     from pipeline.config import ConfigError
     from pipeline.executor import PartitionError
+    from pipeline.readers import ListingError
 
     try:
         result = run_build(version, config, corpora_root, workers, strict=strict,
                            log=lambda m: err.print(visible(m), highlight=False, markup=False, soft_wrap=True))
     except (ConfigError, VersionExistsError, VersionLockedError, BuildError, FileNotFoundError,
-            PartitionError) as exc:
+            PartitionError, ListingError) as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))

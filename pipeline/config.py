@@ -39,10 +39,13 @@ class SourceConfig(_Strict):
     Attributes:
         paths: files or glob patterns (``**`` allowed), relative to the
             directory that holds ``configs/`` (the repo root) unless absolute.
+            A wildcard skips hidden, partial-upload and temporary names, on
+            disk and object storage alike (``pipeline.readers.resolve_paths``).
         format: ``auto`` picks by extension: ``.parquet`` is Parquet;
             ``.jsonl``/``.json``/``.ndjson`` (optionally ``.gz``/``.zst``) is
             JSONL; anything else is plain text.
-        text_field: JSON key or Parquet column holding the document text.
+        text_field: JSON key or Parquet column holding the document text
+            (a Parquet file without that text column is a config error).
         text_unit: for plain text, ``file`` (one document per file) or
             ``line`` (one document per non-empty line).
         lang: a language the source declares (e.g. ``code``); such documents

@@ -8,11 +8,14 @@ Top-level keys: ``version``, ``manifest_format``, ``code_commit``,
 ``config_hash``, ``code`` (per phase, ``ingest``, each stage, ``assemble``:
 the code digest of its fingerprint, with the source files, data files and
 library versions it covers, ``pipeline.code_digest``), ``seed``, ``inputs``
-(path, source, bytes, sha256), ``quarantine`` (count by reason), ``stages``
-(per stage: documents and characters in, kept, dropped by reason, per source;
-what the stage learned, ``fit``; its effective settings beyond the config,
-``settings``, e.g. ``stages.heuristics.settings.thresholds``: the thresholds
-applied per language after presets and overrides),
+(path, source, bytes, sha256), ``quarantine`` (count by reason), ``ingest``
+(per source documents and characters read, partitions, ``failed_files``:
+every input not read whole, ``nul_removed``: NUL characters removed from
+texts), ``stages`` (per stage: documents and characters in, kept, dropped
+by reason, per source; what the stage learned, ``fit``; its effective
+settings beyond the config, ``settings``, e.g.
+``stages.heuristics.settings.thresholds``: the thresholds applied per
+language after presets and overrides),
 ``accounting`` (documents in = kept + dropped + quarantined), ``tokenizer``
 (sha256, vocabulary size, special ids), ``mixture``, ``packing``,
 ``seq_length``, ``num_samples``, ``num_tokens``, ``shards`` (name, sha256,
@@ -180,7 +183,9 @@ def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: dict[str, int],
                    ingest_counts: dict[str, Any], partitions: int, stage_reports: dict[str, Any],
                    accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any],
-                   code: dict[str, Any] | None = None) -> dict[str, Any]:
+                   code: dict[str, Any] | None = None,
+                   failed_files: list[dict[str, Any]] | None = None,
+                   nul_removed: dict[str, int] | None = None) -> dict[str, Any]:
     """The manifest of a version, from what each build phase produced.
 
     Args:
@@ -195,6 +200,10 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
             ``executor``, ``num_workers``, ``task_nodes``, ``config_file``).
         code: phase (``ingest``, each stage, ``assemble``) ->
             ``CodeDigest.facts()`` of the code that made it.
+        failed_files: input files not read whole (or empty): ``source``,
+            ``file``, ``reason``, ``detail``, ``records_read``.
+        nul_removed: ``{"documents": n, "characters": n}`` of NUL characters
+            removed from texts at ingest.
     """
     import os
     import platform
@@ -214,7 +223,8 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "seed": cfg.seed,
         "inputs": inputs,
         "quarantine": dict(sorted(quarantine.items())),
-        "ingest": {"per_source": ingest_counts, "partitions": partitions},
+        "ingest": {"per_source": ingest_counts, "partitions": partitions, "failed_files": failed_files or [],
+                   "nul_removed": nul_removed or {"documents": 0, "characters": 0}},
         "stage_order": list(stage_reports),
         "stages": stage_reports,
         "accounting": accounting,

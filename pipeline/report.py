@@ -428,6 +428,18 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     q = m.get("quarantine", {})
     if q:
         parts.append("<p>quarantined at ingest: " + ", ".join(f"{_e(k)} {v:,}" for k, v in q.items()) + "</p>")
+    failed = m["ingest"].get("failed_files", [])
+    if failed:
+        parts.append(f"<h3 id='failed-files'>input files not read whole ({len(failed):,})</h3>")
+        parts.append("<p>Each is one quarantine entry; what the file holds after the failure is not "
+                     "counted in documents in.</p>")
+        parts.append(_table(["source", "file", "reason", "records read", "detail"],
+                            [[_e(f["source"]), _e(f["file"]), _e(f["reason"]), _num(f["records_read"]),
+                              _e(f["detail"])] for f in failed], left=3))
+    nul = m["ingest"].get("nul_removed", {})
+    if nul.get("documents"):
+        parts.append(f"<p>NUL characters removed at ingest: {nul['characters']:,} in {nul['documents']:,} "
+                     "document(s) (kept).</p>")
     for stage in m["stage_order"]:
         dropped = m["stages"][stage]["totals"]["dropped"]
         if not dropped:

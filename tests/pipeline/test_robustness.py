@@ -4,7 +4,11 @@ good records of the same files kept, accounting exact, --strict, object storage.
 import gzip
 import io
 import json
+import os
 import random
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +41,21 @@ def _big_jsonl() -> bytes:
     return jl(*[good(i) for i in range(4000)])
 
 
+def _parquet(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _zstd_long_31(data: bytes) -> bytes:
+    """As ``zstd --long=31`` writes a stream: the frame declares a 2 GiB window."""
+    params = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(compression_params=params).stream_writer(buf, closefd=False) as w:
+        w.write(data)
+    return buf.getvalue()
+
+
 BAD_FILES = {
     # name: (bytes, expected quarantine [(line, reason)], good records in the file)
     "utf8.jsonl": (jl(good(1), b'{"text": "caf\xe9 au lait"}', good(2)), [(2, "read.invalid_utf8")], 2),
@@ -44,7 +63,8 @@ BAD_FILES = {
     "surrogate.jsonl": (jl(good(1), b'{"text": "bad \\udc80 half"}'), [(2, "read.lone_surrogate")], 1),
     "bom_crlf.jsonl": (b"\xef\xbb\xbf" + good(1) + b"\r\n" + good(2) + b"\r\n", [], 2),
     "separators.jsonl": (jl(json.dumps({"text": GOOD + "\u2028" + GOOD + "\u2029end"}).encode(), good(2)), [], 2),
-    "nul.jsonl": (jl(good(1), b'{"text": "nul \\u0000 inside"}'), [(2, "read.nul_byte")], 1),
+    # a NUL is a property of the text: removed and counted (manifest ingest.nul_removed), not quarantined
+    "nul.jsonl": (jl(good(1), b'{"text": "nul \\u0000 inside"}'), [], 2),
     "notjson.jsonl": (jl(b"this is not json", b"[1, 2, 3]", good(3)),
                       [(1, "read.invalid_json"), (2, "read.not_object")], 1),
     "fields.jsonl": (jl(b'{"body": "x"}', b'{"text": ""}', b'{"text": 42}', good(4)),
@@ -53,7 +73,20 @@ BAD_FILES = {
                    [(2, "read.record_too_large")], 2),
     "empty.jsonl": (b"", [(0, "read.empty_file")], 0),
     "corrupt.parquet": (b"PAR1 this is not a parquet file PAR1", [(1, "read.unreadable_file")], 0),
+    # 1,500 levels: json.loads raised RecursionError, which stopped the build
+    "nested.jsonl": (jl(good(1), b'{"text": "deep", "a": ' + b"[" * 1500 + b"]" * 1500 + b"}", good(3)),
+                     [(2, "read.too_deeply_nested")], 2),
+    "plain.jsonl.gz": (jl(good(1), good(2)), [(1, "read.wrong_compression")], 0),
+    "long31.jsonl.zst": (_zstd_long_31(jl(*[good(i) for i in range(300)])), [], 300),
+    "binary.parquet": (_parquet(pa.table({"text": pa.array([GOOD.encode(), b"caf\xe9", f"{GOOD}!".encode()],
+                                                           pa.binary())})), [(2, "read.invalid_utf8")], 2),
+    "meta.parquet": (_parquet(pa.table({"text": [f"{GOOD} {i}" for i in range(4)],
+                                        "meta": ['{"url": "u"}', "not json", '"a string"', None]})), [], 4),
 }
+# Files that give one file-level entry (manifest ingest.failed_files), in input order.
+FAILED_FILES = {"corrupt.parquet": "read.unreadable_file", "cut.jsonl.gz": "read.truncated_file",
+                "cut.jsonl.zst": "read.truncated_file", "empty.jsonl": "read.empty_file",
+                "plain.jsonl.gz": "read.wrong_compression"}
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +154,13 @@ def test_every_good_record_of_the_same_files_is_kept_and_accounting_holds(bad_bu
         assert per_file.get(name, 0) == n_good, name
     assert 0 < per_file["cut.jsonl.zst"] < 4000 and 0 < per_file["cut.jsonl.gz"] < 4000
     texts = dict(zip(ingest["id"].to_pylist(), ingest["text"].to_pylist()))
+    assert next(t for i, t in texts.items() if "nul.jsonl:2" in i) == "nul  inside"
+    assert result.manifest["ingest"]["nul_removed"] == {"documents": 1, "characters": 1}
+    metas = pq.read_table(sorted((root / "corpora" / ".work" / "b1" / "ingest").glob("part-*.parquet")),
+                          columns=["file", "line", "meta"]).to_pylist()
+    assert [json.loads(r["meta"]) for r in sorted(metas, key=lambda r: r["line"])
+            if r["file"].endswith("meta.parquet")] == [
+        {"url": "u"}, {"meta": "not json"}, {"meta": '"a string"'}, {"meta": None}]
     sep = next(t for i, t in texts.items() if "separators.jsonl:1" in i)
     assert "\u2028" in sep and "\u2029" in sep  # not record separators
     assert {i for i in texts if i.startswith("ids:")} == {"ids:a", "ids:b", "ids:c"}
@@ -130,11 +170,58 @@ def test_every_good_record_of_the_same_files_is_kept_and_accounting_holds(bad_bu
     assert acc["documents_in"] == ingest.num_rows + acc["quarantined"]
 
 
+def test_files_not_read_whole_are_in_the_manifest_the_summary_table_and_the_report(bad_build):
+    from rich.console import Console
+
+    from pipeline.cli import _tail, summary_table
+
+    root, data, result = bad_build
+    failed = result.manifest["ingest"]["failed_files"]
+    assert [(Path(f["file"]).name, f["reason"]) for f in failed] == list(FAILED_FILES.items())
+    ingest = pq.read_table(sorted((root / "corpora" / ".work" / "b1" / "ingest").glob("part-*.parquet")),
+                           columns=["file"])["file"].to_pylist()
+    for f in failed:  # the records read before the failure are kept and counted
+        assert f["source"] == "bad" and f["records_read"] == ingest.count(f["file"]), f
+    assert failed[0]["detail"].startswith("ArrowInvalid: ")
+    assert failed[4]["detail"] == "WrongCompression: named .gz but not compressed (starts b'{\"te')"
+    console = Console(record=True, width=110)
+    console.print(summary_table(result.manifest))
+    shown = console.export_text()
+    words = " ".join(shown.split())
+    for f in failed:  # a row under ingest, and the file in full with its cause in the caption
+        assert f"{f['reason']} {_tail(f['file'], 32)} │ │ {f['records_read']:,} │" in words, f
+        assert f"{f['file']}: {f['reason']} after {f['records_read']:,} record(s) ({f['detail']})" in words, f
+    assert "5 input file(s) not read whole" in words
+    page = (result.version_dir / "report.html").read_text(encoding="utf-8")
+    assert "input files not read whole (5)" in page
+    assert all(f["file"] in page for f in failed)
+    events = [json.loads(x) for x in (result.version_dir / "run.log.jsonl").read_text().splitlines()]
+    assert [(Path(e["file"]).name, e["reason"]) for e in events if e["event"] == "input_not_read"] == list(
+        FAILED_FILES.items())
+
+
 def test_strict_makes_quarantine_fatal(bad_build):
     root, _, _ = bad_build
-    with pytest.raises(BuildError, match=r"--strict: \d+ input record\(s\) quarantined"):
+    with pytest.raises(BuildError, match=r"--strict: \d+ input record\(s\) quarantined .*; 5 file\(s\) not "
+                                         r"read whole: \S*corrupt.parquet \(read.unreadable_file: ArrowInvalid"):
         build("b2", root / "bad.yaml", root / "corpora", log=lambda m: None, strict=True)
     assert not (root / "corpora" / "b2").exists()
+
+
+def test_misspelled_parquet_text_field_is_a_config_error_before_any_work(tmp_path):
+    from pipeline.config import ConfigError
+
+    pq.write_table(pa.table({"text": ["a"], "lang": ["en"], "meta": ["{}"]}), tmp_path / "ref.parquet")
+    (tmp_path / "good.jsonl").write_bytes(jl(good(1)))
+    cfg = {"sources": {"web": {"paths": [str(tmp_path / "good.jsonl")]},
+                       "ref": {"paths": [str(tmp_path / "ref.parquet")], "text_field": "txt"}},
+           "perplexity": {"enabled": False, "reference_source": "web"}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError) as err:
+        build("t1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    assert str(err.value) == (f"sources.ref: {tmp_path / 'ref.parquet'}: text_field 'txt' is not a column "
+                              "(columns: text (string), lang (string), meta (string))")
+    assert not (tmp_path / "corpora").exists()  # nothing was done
 
 
 def test_run_log_and_heartbeat(bad_build):
@@ -303,3 +390,82 @@ def test_ids_above_uint16_with_a_small_vocabulary_round_trip_through_the_shards(
         assert ids == tok.encode(by_id[doc_id], add_special_tokens=False).ids + [eos]
         complete += 1
     assert complete >= 40
+def _cli(args: list[str], drop_root: bool) -> subprocess.CompletedProcess:
+    """``python -m pipeline ...`` in a child; as root, without the capabilities
+    that let root read any file (so mode 000 means unreadable, as for a user)."""
+    cmd = [sys.executable, "-m", "pipeline", *args]
+    if drop_root:
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
+    return subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+
+
+def test_unreadable_input_file_is_quarantined_in_one_line_and_strict_fails_on_it(tmp_path):
+    """A mode-000 input: the build publishes the other file's documents, says
+    in one line which file and why, lists it in the summary table; --strict
+    stops with one error line naming it. No traceback either way."""
+    root = os.geteuid() == 0
+    if root and shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: mode 000 does not stop root from reading")
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(SAMPLE / "manuals-manpages.jsonl.zst", "rb") as fh:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    (data / "manuals.jsonl").write_text("".join(lines[::30]), encoding="utf-8")
+    (data / "locked.jsonl").write_text("".join(lines[1::30]), encoding="utf-8")
+    (data / "locked.jsonl").chmod(0)
+    cfg = {"sources": {"manuals": {"paths": [str(data / "*.jsonl")]}}, "executor": {"num_workers": 1},
+           "perplexity": {"enabled": False, "reference_source": "manuals"}, "tokenize": {"vocab_size": 600},
+           "output": {"seq_length": 64}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    common = ["--config", str(tmp_path / "c.yaml"), "--corpora-root", str(tmp_path / "corpora")]
+    try:
+        done = _cli(["build", "--version", "m1", *common], root)
+        strict = _cli(["build", "--version", "m2", "--strict", *common], root)
+    finally:
+        (data / "locked.jsonl").chmod(0o644)
+    locked = str(data / "locked.jsonl")
+    cause = f"PermissionError: [Errno 13] Permission denied: '{locked}'"
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert [x for x in done.stderr.splitlines() if "locked.jsonl" in x] == [
+        f"[ingest] {locked}: read.unreadable_file after 0 record(s): {cause}"]
+    assert f"{cause})" in " ".join(done.stdout.split())  # the summary table's caption
+    manifest = json.loads((tmp_path / "corpora" / "m1" / "manifest.json").read_text())
+    assert manifest["ingest"]["failed_files"] == [{"source": "manuals", "file": locked, "reason": "read.unreadable_file",
+                                                   "detail": cause, "records_read": 0}]
+    assert manifest["quarantine"] == {"read.unreadable_file": 1}
+    acc = manifest["accounting"]
+    assert acc["documents_in"] == manifest["ingest"]["per_source"]["manuals"]["documents_in"] + 1
+    assert acc["documents_in"] == acc["kept"] + acc["dropped"] + acc["quarantined"]
+    assert {i["file"]: i["sha256"] for i in manifest["inputs"]}[locked] is None
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    assert strict.stderr.splitlines()[-1] == (
+        "error: --strict: 1 input record(s) quarantined ({'read.unreadable_file': 1}); "
+        f"1 file(s) not read whole: {locked} (read.unreadable_file: {cause})")
+    assert not (tmp_path / "corpora" / "m2").exists()
+
+
+def test_a_file_that_could_not_be_read_is_read_again_on_a_re_run(tmp_path):
+    """No completion marker after ``read.unreadable_file``: once the file can
+    be read (same size and mtime: a permission fixed), the re-run reads it."""
+    from pipeline.build import ingest_file
+    from pipeline.readers import input_identity
+
+    path = tmp_path / "in.jsonl"
+    path.mkdir()  # cannot be opened as a file: IsADirectoryError, an OSError like PermissionError
+    out = tmp_path / "ingest"
+    out.mkdir()
+    task = {"source": "s", "path": str(path), "file": "in.jsonl", "identity": {"size": 0, "mtime_ns": 1},
+            "format": "jsonl", "text_field": "text", "text_unit": "file", "lang": None, "id_field": None,
+            "max_bytes": 1 << 20, "partition_bytes": 1 << 20, "partition_max_docs": None,
+            "storage_options": {}, "out_dir": str(out), "cache_dir": str(tmp_path / "cache"), "index": 0}
+    first = ingest_file(task)
+    assert (first["documents"], first["quarantine"], first["sha256"]) == (0, {"read.unreadable_file": 1}, None)
+    assert first["file_failure"]["detail"].startswith("IsADirectoryError: [Errno 21] Is a directory")
+    assert not (out / "file-00000.json").exists()
+    path.rmdir()
+    path.write_bytes(jl(good(1), good(2)))
+    second = ingest_file({**task, "identity": input_identity(path)})
+    assert (second["documents"], second["quarantine"], second["file_failure"]) == (2, {}, None)
+    assert (out / "file-00000.json").exists()
