@@ -45,7 +45,8 @@ import yaml
 import pipeline
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
-from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
+from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
+                             load_config)
 from pipeline.executor import (make_executor, partition_counts, process_partition, process_peak_mb,
                                release_memory, write_json_atomic, write_table_atomic)
 from pipeline.manifest import MANIFEST, build_manifest, sha256_file
@@ -710,7 +711,8 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     uninterrupted build.
 
     Args:
-        version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
+        version: the version name, e.g. ``v1`` (:func:`pipeline.config.check_version`:
+            ASCII letters, digits, ``.``, ``_``, ``-``, at most 100 characters).
         config_path: the config file; default ``configs/<version>.yaml`` if it
             exists, else ``configs/default.yaml``.
         corpora_root: where versions live; default the config's ``corpora_dir``
@@ -729,8 +731,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             leave nothing to write.
         PartitionError: a stage failed on some partitions (the others finished).
     """
-    if not version or not all(ch.isalnum() or ch in "._-" for ch in version) or version.startswith("."):
-        raise ConfigError(f"version {version!r}: use letters, digits, '.', '_' or '-'")
+    check_version(version)
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)

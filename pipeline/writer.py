@@ -67,6 +67,16 @@ _WRITE_CHUNK_ROWS = 1000
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
+#: The most int32 values one row may hold: at the worst-case stored size
+#: (5 bytes per value + 1 KiB) a row must fit half of MindRecord's largest
+#: page, 256 MiB (:func:`page_and_header_size`): 26,843,340 values.
+MAX_ROW_VALUES = (_MAX_PAGE // 2 - _STORED_ROW_OVERHEAD) // _STORED_BYTES_PER_TOKEN
+#: The longest ``seq_length`` a version can store: a row holds
+#: ``seq_length + 1`` input ids and up to ``seq_length`` document ends
+#: (``actual_seq_len``), so ``2 * seq_length + 1 <= MAX_ROW_VALUES``:
+#: 13,421,669 tokens.
+MAX_SEQ_LENGTH = (MAX_ROW_VALUES - 1) // 2
+
 
 def shard_name(prefix: str, index: int) -> str:
     """Name of shard ``index`` relative to the version directory,

@@ -57,6 +57,8 @@ class Config(StageConfig):
     Attributes:
         reference_source: the ``source`` whose kept documents train the models
             (e.g. a Wikipedia-like, curated source; CCNet trained on Wikipedia).
+            Required while the stage is enabled (checked with the build
+            config: it must name a configured source).
         order: n-gram order for ``lmplz -o``; default 5 as CCNet. Must be >= 2
             (an order-1 model ignores context, so it measures word frequency,
             not fluency).
@@ -135,7 +137,9 @@ class Config(StageConfig):
             for a full training (its README suggests 1e6-1e7 sentences).
     """
 
-    reference_source: str
+    requires = {"langid": "langid_lang (one KenLM model and one threshold per language)"}
+
+    reference_source: str | None = None
     order: int = 5
     min_reference_chars: int = pydantic.Field(100_000, ge=1)
     max_reference_chars: int = pydantic.Field(20_000_000, ge=1)
