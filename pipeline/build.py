@@ -60,7 +60,8 @@ __all__ = ["BuildError", "BuildResult", "VersionExistsError", "build"]
 
 DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
 STATE = "_STATE.json"
-TOOLS_DIR = REPO_ROOT / "tools" / "bin"
+# KenLM's lmplz and build_binary: tools/bin (make setup), or $MINDCORPUS_TOOLS_DIR when set.
+TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" / "bin")
 
 
 class VersionExistsError(FileExistsError):
@@ -700,6 +701,30 @@ def publish_phase(tmp: Path, final: Path, runlog: RunLog, wall_seconds: float) -
 
 # --------------------------------------------------------------------------- build
 
+def _log_failure(runlog: RunLog, exc: BaseException) -> None:
+    """Log ``build_failed`` with the error's one-line summary
+    (:func:`pipeline.failures.failure_line`) and its full traceback (for a
+    :class:`PartitionError`, each failed task's, from the worker); then note
+    on ``exc`` where that traceback is, for the CLI's one line. A log that
+    cannot be written (a full disk) is noted too, and the build's own error
+    is what propagates."""
+    import traceback
+
+    from pipeline.executor import PartitionError
+    from pipeline.failures import failure_line
+
+    failed = exc.errors[:10] if isinstance(exc, PartitionError) else []
+    tasks = [{"task": i, "error": failure_line(e) or f"{type(e).__name__}: {e}",
+              "traceback": "".join(traceback.format_exception(e))} for i, e in failed]
+    try:
+        runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}", summary=failure_line(exc),
+                     traceback="".join(traceback.format_exception(exc)), failed_tasks=tasks)
+    except OSError:
+        exc.add_note(f"the run log {runlog.path} could not be written either")
+        return
+    exc.add_note(f"full traceback in {runlog.path}")
+
+
 def build(version: str, config_path: Path | None = None, corpora_root: Path | None = None,
           num_workers: int | None = None, log=print, strict: bool = False) -> BuildResult:
     """Build ``<corpora_root>/<version>`` from a config.
@@ -773,7 +798,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"])
         return BuildResult(final, manifest)
     except BaseException as exc:
-        runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}")
+        _log_failure(runlog, exc)
         raise
     finally:
         runlog.close()
