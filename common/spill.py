@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common.errors import naming_path
+
 BUCKETS_KEY = b"mindcorpus.buckets"
 # zstd level 1: spill files are read once and deleted; level 1 writes ~2x
 # faster than 3 for ~10% more bytes (measured on token spills, docs/architecture.md).
@@ -50,6 +52,7 @@ def write_buckets(table: pa.Table, buckets: np.ndarray, path: Path) -> dict[int,
 
     Raises:
         ValueError: ``buckets`` has another length or a negative value.
+        OSError: the file cannot be written (names it: a full disk, ...).
     """
     buckets = np.asarray(buckets, np.int64)
     if buckets.shape != (table.num_rows,):
@@ -67,7 +70,7 @@ def write_buckets(table: pa.Table, buckets: np.ndarray, path: Path) -> dict[int,
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     counts = {}
-    with pq.ParquetWriter(tmp, schema, **SPILL_COMPRESSION) as writer:
+    with naming_path(tmp, discard=True), pq.ParquetWriter(tmp, schema, **SPILL_COMPRESSION) as writer:
         for lo, hi, bucket in zip(bounds[:-1], bounds[1:], present):
             part = table.take(pa.array(order[lo:hi]))
             writer.write_table(part.replace_schema_metadata(schema.metadata), row_group_size=max(1, hi - lo))

@@ -64,6 +64,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.errors import naming_path
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
 from stages.base import KEEP, REASON, read_view
@@ -101,10 +102,12 @@ def _sha256(path: Path) -> str:
 
 
 def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
-    """Write Parquet atomically; return the file's sha256."""
+    """Write Parquet atomically; return the file's sha256. An ``OSError``
+    (a full disk) names the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
+    with naming_path(tmp, discard=True):
+        pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
     os.replace(tmp, path)
     return _sha256(path)
 
@@ -112,7 +115,8 @@ def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
 class _RowGroupWriter:
     """A Parquet file written in appended tables, cut into row groups of
     exactly ``row_group_size`` rows (the rest last), so its bytes do not
-    depend on how the rows were handed over; atomic (temporary name)."""
+    depend on how the rows were handed over; atomic (temporary name). An
+    ``OSError`` (a full disk) names the file."""
 
     def __init__(self, path: Path, row_group_size: int):
         self.path, self.size = Path(path), row_group_size
@@ -138,9 +142,10 @@ class _RowGroupWriter:
             self.writer = pq.ParquetWriter(self.tmp, merged.schema, **TABLE_OPTS)
             self.schema = merged.schema
         full = merged.num_rows if final else merged.num_rows - merged.num_rows % self.size
-        for lo in range(0, full, self.size):
-            self.writer.write_table(_conform(merged.slice(lo, min(self.size, full - lo)), self.schema),
-                                    row_group_size=self.size)
+        with naming_path(self.tmp):
+            for lo in range(0, full, self.size):
+                self.writer.write_table(_conform(merged.slice(lo, min(self.size, full - lo)), self.schema),
+                                        row_group_size=self.size)
         rest = merged.slice(full)
         self.pending = [rest] if rest.num_rows else []
         self.pending_rows = rest.num_rows
@@ -150,7 +155,8 @@ class _RowGroupWriter:
         self._flush(final=True)
         if self.writer is None:
             return False
-        self.writer.close()
+        with naming_path(self.tmp):
+            self.writer.close()
         os.replace(self.tmp, self.path)
         return True
 
@@ -158,7 +164,8 @@ class _RowGroupWriter:
 def _write_json(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, sort_keys=True), encoding="utf-8")
+    with naming_path(tmp, discard=True):
+        tmp.write_text(json.dumps(obj, sort_keys=True), encoding="utf-8")
     os.replace(tmp, path)
 
 

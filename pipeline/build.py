@@ -57,7 +57,8 @@ import yaml
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.code_digest import CodeDigest, code_digest
-from pipeline.config import REPO_ROOT, ConfigError, config_dict, config_hash, config_path_for, load_config
+from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
+                             load_config)
 from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
                                process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
 from pipeline.location import config_base
@@ -76,7 +77,8 @@ __all__ = ["BuildError", "BuildResult", "VersionExistsError", "VersionLockedErro
 
 DOC_COLUMNS = ["id", "source", "file", "line", "text", "meta", "lang_hint", "chars"]
 STATE = "_STATE.json"
-TOOLS_DIR = REPO_ROOT / "tools" / "bin"
+# KenLM's lmplz and build_binary: tools/bin (make setup), or $MINDCORPUS_TOOLS_DIR when set.
+TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" / "bin")
 
 # The code each phase runs (roots of ``pipeline.code_digest.code_digest``: a
 # module, or ``module:name`` for one definition and what it reaches). Its
@@ -936,6 +938,30 @@ def publish_phase(tmp: Path, final: Path, runlog: RunLog, wall_seconds: float,
 
 # --------------------------------------------------------------------------- build
 
+def _log_failure(runlog: RunLog, exc: BaseException) -> None:
+    """Log ``build_failed`` with the error's one-line summary
+    (:func:`pipeline.failures.failure_line`) and its full traceback (for a
+    :class:`PartitionError`, each failed task's, from the worker); then note
+    on ``exc`` where that traceback is, for the CLI's one line. A log that
+    cannot be written (a full disk) is noted too, and the build's own error
+    is what propagates."""
+    import traceback
+
+    from pipeline.executor import PartitionError
+    from pipeline.failures import failure_line
+
+    failed = exc.errors[:10] if isinstance(exc, PartitionError) else []
+    tasks = [{"task": i, "error": failure_line(e) or f"{type(e).__name__}: {e}",
+              "traceback": "".join(traceback.format_exception(e))} for i, e in failed]
+    try:
+        runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}", summary=failure_line(exc),
+                     traceback="".join(traceback.format_exception(exc)), failed_tasks=tasks)
+    except OSError:
+        exc.add_note(f"the run log {runlog.path} could not be written either")
+        return
+    exc.add_note(f"full traceback in {runlog.path}")
+
+
 def build(version: str, config_path: Path | None = None, corpora_root: Path | None = None,
           num_workers: int | None = None, log=print, strict: bool = False) -> BuildResult:
     """Build ``<corpora_root>/<version>`` from a config.
@@ -947,7 +973,8 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     uninterrupted build.
 
     Args:
-        version: the version name, e.g. ``v1`` (letters, digits, ``.``, ``_``, ``-``).
+        version: the version name, e.g. ``v1`` (:func:`pipeline.config.check_version`:
+            ASCII letters, digits, ``.``, ``_``, ``-``, at most 100 characters).
         config_path: the config file; default ``configs/<version>.yaml`` if it
             exists, else ``configs/default.yaml``.
         corpora_root: where versions live; default ``$MINDCORPUS_CORPORA_DIR``,
@@ -971,8 +998,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
             leave nothing to write.
         PartitionError: a stage failed on some partitions (the others finished).
     """
-    if not version or not all(ch.isalnum() or ch in "._-" for ch in version) or version.startswith("."):
-        raise ConfigError(f"version {version!r}: use letters, digits, '.', '_' or '-'")
+    check_version(version)
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)
@@ -1033,7 +1059,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
         publish_phase(tmp, final, runlog, manifest["run"]["wall_seconds"], manifest, lock)
         return BuildResult(final, manifest)
     except BaseException as exc:
-        runlog.event("build_failed", None, error=f"{type(exc).__name__}: {exc}")
+        _log_failure(runlog, exc)
         raise
     finally:
         runlog.close()

@@ -54,6 +54,16 @@ def _error(message: str) -> None:
     err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
 
 
+def _one_line(exc: BaseException) -> str | None:
+    """``exc`` as one line (:func:`pipeline.failures.failure_line`) plus its
+    notes (a build adds where its run log keeps the full traceback); None
+    when it is not a failure of the environment."""
+    from pipeline.failures import failure_line
+
+    line = failure_line(exc)
+    return None if line is None else "; ".join([line, *getattr(exc, "__notes__", [])])
+
+
 def summary_table(manifest: dict[str, Any]) -> Table:
     """Per stage: documents in, kept, dropped, characters kept, seconds; then
     one row per drop reason with its count and share of the stage's input.
@@ -138,7 +148,7 @@ def build(
                            log=lambda m: err.print(visible(m), highlight=False, markup=False, soft_wrap=True))
     except (ConfigError, VersionExistsError, VersionLockedError, BuildError, FileNotFoundError,
             PartitionError, ListingError) as exc:
-        _error(f"{exc}")
+        _error(_one_line(exc) or f"{exc}")
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
     console.print(output_table(result.manifest))
@@ -400,7 +410,19 @@ def tokenizer_report(
 
 
 def main() -> None:
-    app()
+    """Run the CLI. A failure of the environment (a full disk, a read-only
+    or unreadable file, a failing ``lmplz``, a MindRecord shard that cannot
+    be written: :func:`pipeline.failures.failure_line`) prints one line,
+    with where the full traceback is (a build's run log), and exits 2;
+    anything else is a bug and keeps its traceback."""
+    try:
+        app()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it has a one-line description
+        line = _one_line(exc)
+        if line is None:
+            raise
+        _error(line)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

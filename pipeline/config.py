@@ -7,26 +7,81 @@ work with :class:`ConfigError`, whose message is one line per problem naming
 the key (``dedup.num_bands: Input should be a valid integer``).
 Each stage's section is the ``Config`` class next to the stage
 (``stages/<name>.py``), so a stage's options are documented where they are used.
+A model-level check of a section names the key it is about by starting its
+message with ``<key>: `` (``tokenize.vocab_size: 260 is too small ...``).
+
+Checks across sections (:func:`_cross_checks`) run with the typed config,
+still before any work: sources named by ``mixture.weights`` and
+``perplexity.reference_source``; stage dependencies, from what each stage's
+config declares (``StageConfig.requires``/``requirements()``,
+``required_by_build``): a disabled stage that an enabled stage reads, or that
+no build can do without, is an error naming both; ``output.seq_length``
+against ``mixture.token_budget``. The version name is checked by
+:func:`check_version`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
 import yaml
 
+from pipeline.writer import MAX_SEQ_LENGTH
 from stages import STAGES, stage_class
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 
+#: Longest version name. A version is a directory name (``corpora/<V>``,
+#: ``corpora/.work/<V>``, ``corpora/.tmp-<V>``) and half of a report's file
+#: name (``reports/<A>-vs-<B>.html``): 100 characters keep every one of them
+#: well under the 255-byte file-name limit of Linux file systems (and of
+#: object-store keys' path segments).
+MAX_VERSION_LENGTH = 100
+_VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: Names a version cannot take: ``corpora/.work/cache`` is the cross-build
+#: cache (input digests, KenLM models), not a work directory.
+RESERVED_VERSIONS = frozenset({"cache"})
+#: Shortest ``output.seq_length``: our floor; a shorter window is mostly
+#: document boundaries and gives a model almost no context.
+MIN_SEQ_LENGTH = 8
+
 
 class ConfigError(ValueError):
     """The config cannot be used; the message names each bad key on one line."""
+
+
+def check_version(version: str) -> str:
+    """Check a version name before anything is read or written.
+
+    A version name is 1 to :data:`MAX_VERSION_LENGTH` ASCII letters, digits,
+    ``.``, ``_`` and ``-``, starting with a letter or digit (so never a hidden
+    or relative directory, an option, or a path), and not one of
+    :data:`RESERVED_VERSIONS`.
+
+    Returns:
+        ``version``, unchanged.
+
+    Raises:
+        ConfigError: one line saying what is wrong (long names are shown
+            shortened, with their length).
+    """
+    text = version if isinstance(version, str) else repr(version)
+    shown = repr(text if len(text) <= 40 else text[:40] + "...")
+    if len(text) > MAX_VERSION_LENGTH:
+        raise ConfigError(f"version {shown} has {len(text)} characters: at most {MAX_VERSION_LENGTH} "
+                          "(it names directories under corpora/ and report files)")
+    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        raise ConfigError(f"version {shown}: use ASCII letters, digits, '.', '_' or '-', starting with a "
+                          "letter or digit (e.g. v1, 2024-06.zh)")
+    if version in RESERVED_VERSIONS:
+        raise ConfigError(f"version {shown} is reserved (corpora/.work/{version} holds the cross-build cache)")
+    return version
 
 
 class _Strict(pydantic.BaseModel):
@@ -133,7 +188,10 @@ class OutputConfig(_Strict):
     Attributes:
         seq_length: tokens the model sees per sample; each row holds
             ``seq_length + 1`` int32 ids (inputs ``[:-1]``, labels ``[1:]``,
-            the mindformers convention).
+            the mindformers convention). From 8 (:data:`MIN_SEQ_LENGTH`, our
+            floor) to 13,421,669 (``pipeline.writer.MAX_SEQ_LENGTH``: a row,
+            with its document ends, must fit one MindRecord page of 256 MiB);
+            a sample must also fit ``mixture.token_budget`` when one is set.
         max_shard_bytes: a shard file is closed when its raw int32 payload
             reaches this size (256 MiB: few files for a small corpus, enough
             files for parallel reads of a large one).
@@ -160,12 +218,24 @@ class OutputConfig(_Strict):
             kept text is then ~30,000 parts, as many as partitions.
     """
 
-    seq_length: int = pydantic.Field(2048, ge=8)
+    seq_length: int = 2048
     max_shard_bytes: int = pydantic.Field(256 * 1024 * 1024, ge=1024)
     packing: Literal["concat_split", "best_fit"] = "concat_split"
     order_bucket_tokens: int = pydantic.Field(16 * 1024 * 1024, ge=16, le=1 << 30)
     shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
     table_part_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024, le=1 << 30)
+
+    @pydantic.field_validator("seq_length")
+    @classmethod
+    def _seq_length_in_bounds(cls, value: int) -> int:
+        if value < MIN_SEQ_LENGTH:
+            raise ValueError(f"{value} is below {MIN_SEQ_LENGTH} tokens: a shorter window is mostly document "
+                             "boundaries (our floor)")
+        if value > MAX_SEQ_LENGTH:
+            raise ValueError(f"{value:,} tokens per sample cannot be stored: a MindRecord row of seq_length + 1 "
+                             f"ids and up to seq_length document ends must fit one 256 MiB page, so at most "
+                             f"{MAX_SEQ_LENGTH:,}")
+        return value
 
     @pydantic.model_validator(mode="after")
     def _bucket_fits_32_bit_offsets(self):
@@ -213,12 +283,39 @@ def _cross_checks(cfg) -> list[str]:
         if missing:
             errors.append(f"mixture.weights: no weight for source(s) {', '.join(sorted(missing))} "
                           "(a token budget needs a weight for every source)")
-    for name in ("tokenize", "mixture"):
-        if not getattr(cfg, name).enabled:
-            errors.append(f"{name}.enabled: this stage cannot be turned off (every version is tokenized and sampled)")
+    errors += _stage_dependency_errors(cfg)
     ref = cfg.perplexity.reference_source
-    if cfg.perplexity.enabled and ref not in names:
+    if cfg.perplexity.enabled and ref is None:
+        errors.append("perplexity.reference_source: required key is missing (the source whose documents train "
+                      "the KenLM models; or set perplexity.enabled: false)")
+    elif cfg.perplexity.enabled and ref not in names:
         errors.append(f"perplexity.reference_source: {ref!r} is not a configured source")
+    budget, window = cfg.mixture.token_budget, cfg.output.seq_length + 1
+    if budget is not None and budget < window:
+        errors.append(f"output.seq_length: a sample holds seq_length + 1 = {window:,} tokens, more than "
+                      f"mixture.token_budget = {budget:,}: no sample could be packed")
+    return errors
+
+
+def _stage_dependency_errors(cfg) -> list[str]:
+    """One line per disabled stage that the build or an enabled stage needs
+    (from ``required_by_build`` and each enabled stage's ``requirements()``)."""
+    errors = []
+    enabled = [name for name in STAGES if getattr(cfg, name).enabled]
+    for name in STAGES:
+        if name in enabled:
+            continue
+        why = type(getattr(cfg, name)).required_by_build
+        if why:
+            errors.append(f"{name}.enabled: this stage cannot be turned off: {why}")
+            continue
+        readers = [(other, getattr(cfg, other).requirements()[name]) for other in enabled
+                   if name in getattr(cfg, other).requirements()]
+        if readers:
+            what = "; ".join(f"{other} reads its {reads}" for other, reads in readers)
+            optional = [other for other, _ in readers if not type(getattr(cfg, other)).required_by_build]
+            also = f", or disable {' and '.join(optional)} too" if optional else ""
+            errors.append(f"{name}.enabled: false, but {what}: enable {name}{also}")
     return errors
 
 
@@ -230,6 +327,16 @@ def _format_errors(exc: pydantic.ValidationError) -> list[str]:
             lines.append(f"{key}: unknown key")
         elif err["type"] == "missing":
             lines.append(f"{key}: required key is missing")
+        elif err["type"] == "value_error":
+            msg = " ".join(err["msg"].removeprefix("Value error, ").split())
+            if isinstance(err.get("input"), dict):
+                # A section's own check: its message may start with the key it is about.
+                field, sep, rest = msg.partition(": ")
+                if sep and field.isidentifier():
+                    key, msg = f"{key}.{field}", rest
+                lines.append(f"{key}: {msg}")
+            else:
+                lines.append(f"{key}: {msg} (got {err.get('input')!r:.60})")
         else:
             lines.append(f"{key}: {err['msg']} (got {err.get('input')!r:.60})")
     return lines

@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common.errors import naming_path
 from stages.base import EDITABLE_COLUMNS, KEEP, REASON, ROW, StageContext, read_view
 
 PARQUET_OPTS = {"compression": "zstd", "compression_level": 3}
@@ -261,10 +262,12 @@ class PartitionError(RuntimeError):
     """
 
     def __init__(self, errors: list[tuple[int, BaseException]], total: int):
+        from pipeline.failures import failure_line  # one line for a full disk, a failing tool, ...
+
         self.errors = errors
         first = errors[0][1]
-        super().__init__(f"{len(errors)} of {total} tasks failed; first (task {errors[0][0]}): "
-                         f"{type(first).__name__}: {first}")
+        described = failure_line(first) or f"{type(first).__name__}: {first}"
+        super().__init__(f"{len(errors)} of {total} tasks failed; first (task {errors[0][0]}): {described}")
 
 
 def _die_with_parent() -> None:
@@ -340,17 +343,21 @@ class LocalExecutor:
 
 
 def write_table_atomic(table: pa.Table, path: Path) -> None:
-    """Write Parquet to ``path.tmp-<pid>`` then rename: readers never see a half file."""
+    """Write Parquet to ``path.tmp-<pid>`` then rename: readers never see a
+    half file. An ``OSError`` (a full disk) names the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, **parquet_options(table))
+    with naming_path(tmp, discard=True):
+        pq.write_table(table, tmp, **parquet_options(table))
     os.replace(tmp, path)
 
 
 def write_json_atomic(obj: Any, path: Path) -> None:
+    """Write JSON to ``path.tmp-<pid>`` then rename. An ``OSError`` names the file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    with naming_path(tmp, discard=True):
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from common.errors import naming_path
+
 CRASH_ENV = "MINDCORPUS_CRASH_AFTER"
 
 
@@ -101,8 +103,9 @@ class RunLog:
             return
         self._last_beat = now
         tmp = self.heartbeat_path.with_name(f"heartbeat.json.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"ts": _now(), "pid": os.getpid(), "host": self.host, "stage": stage,
-                                   "done": done, "total": total, "documents": documents}))
+        with naming_path(tmp, discard=True):  # a full disk names the file
+            tmp.write_text(json.dumps({"ts": _now(), "pid": os.getpid(), "host": self.host, "stage": stage,
+                                       "done": done, "total": total, "documents": documents}))
         os.replace(tmp, self.heartbeat_path)
 
     def tracker(self, stage: str, total: int, documents: list[int] | None = None):
@@ -114,7 +117,13 @@ class RunLog:
         return _Tracker(self, stage, total, documents)
 
     def close(self) -> None:
-        self._fh.close()
+        """Close the log. A line that could not be flushed (a full disk) is
+        lost rather than raised here: when a build fails, its own error is
+        the one that must reach the user."""
+        try:
+            self._fh.close()
+        except OSError:
+            pass
 
 
 class _Tracker:

@@ -28,6 +28,8 @@ MindSpore is imported inside the functions that need it, so that
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 from pathlib import Path
@@ -66,6 +68,48 @@ _TARGET_PAGES = 512
 _WRITE_CHUNK_ROWS = 1000
 
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+#: The most int32 values one row may hold: at the worst-case stored size
+#: (5 bytes per value + 1 KiB) a row must fit half of MindRecord's largest
+#: page, 256 MiB (:func:`page_and_header_size`): 26,843,340 values.
+MAX_ROW_VALUES = (_MAX_PAGE // 2 - _STORED_ROW_OVERHEAD) // _STORED_BYTES_PER_TOKEN
+#: The longest ``seq_length`` a version can store: a row holds
+#: ``seq_length + 1`` input ids and up to ``seq_length`` document ends
+#: (``actual_seq_len``), so ``2 * seq_length + 1 <= MAX_ROW_VALUES``:
+#: 13,421,669 tokens.
+MAX_SEQ_LENGTH = (MAX_ROW_VALUES - 1) // 2
+
+
+class ShardWriteError(RuntimeError):
+    """MindRecord could not write (or commit) a shard file.
+
+    Attributes:
+        path: the shard's data file (its ``.db`` index sits next to it).
+        cause: MindSpore's own reason, one line (e.g. ``No free disk to be
+            used while writing mindrecord files``).
+    """
+
+    def __init__(self, path: str, cause: str):
+        super().__init__(str(path), cause)
+        self.path, self.cause = str(path), cause
+
+    def __str__(self) -> str:
+        return f"cannot write MindRecord shard {self.path}: {self.cause}"
+
+
+def mindspore_reason(exc: BaseException) -> str:
+    """The one line of a MindSpore error that says what went wrong.
+
+    MindSpore's errors span ~15 lines (a banner, the message, a C++ call
+    stack); the message is the line after ``Dataset Pipeline Error Message``
+    (``[ERROR] ...``), or the first non-empty line of other errors.
+    """
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("[ERROR]"):
+            return line.removeprefix("[ERROR]").strip()
+    meaningful = [line for line in lines if not line.startswith(("-", "Exception thrown from dataset pipeline"))]
+    return (meaningful or lines or [type(exc).__name__])[0]
 
 
 def shard_name(prefix: str, index: int) -> str:
@@ -158,11 +202,28 @@ class ShardWriter:
         self.rows = 0
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
-        self._writer = FileWriter(str(path), shard_num=1, overwrite=False)
-        self._writer.add_schema({name: {"type": "int32", "shape": [widths[name]]} for name in self.names},
-                                SCHEMA_DESC)
-        self._writer.set_header_size(header)
-        self._writer.set_page_size(page)
+        with self._naming_the_shard():
+            self._writer = FileWriter(str(path), shard_num=1, overwrite=False)
+            self._writer.add_schema({name: {"type": "int32", "shape": [widths[name]]} for name in self.names},
+                                    SCHEMA_DESC)
+            self._writer.set_header_size(header)
+            self._writer.set_page_size(page)
+
+    @contextlib.contextmanager
+    def _naming_the_shard(self):
+        """MindSpore's write errors (RuntimeError, OSError: a full disk, a
+        read-only directory) become one :class:`ShardWriteError` naming the
+        file; the writer is dropped, so its files are closed (a worker goes on
+        with other tasks, and a re-run removes the partial shard)."""
+        try:
+            yield
+        except (RuntimeError, OSError) as exc:
+            if isinstance(exc, ShardWriteError):
+                raise
+            self._writer = None
+            reason = mindspore_reason(exc) if not isinstance(exc, OSError) or exc.errno is None else \
+                f"{os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})"
+            raise ShardWriteError(str(self.path), reason) from exc
 
     def write(self, columns: dict[str, np.ndarray]) -> None:
         """Append rows: ``columns`` name -> validated int32[n, width], same n.
@@ -188,8 +249,9 @@ class ShardWriter:
         for start in range(0, full, _WRITE_CHUNK_ROWS):
             stop = min(start + _WRITE_CHUNK_ROWS, full)
             chunk = {name: merged[name][start:stop] for name in self.names}
-            self._writer.write_raw_data([{name: chunk[name][i] for name in self.names}
-                                         for i in range(len(chunk[COLUMN]))])
+            with self._naming_the_shard():
+                self._writer.write_raw_data([{name: chunk[name][i] for name in self.names}
+                                             for i in range(len(chunk[COLUMN]))])
         rest = {name: merged[name][full:] for name in self.names}
         self._pending = [rest] if n > full else []
         self._pending_rows = n - full
@@ -199,12 +261,14 @@ class ShardWriter:
         files the process umask's permissions. Returns the rows.
 
         Raises:
+            ShardWriteError: MindSpore could not write or commit the file.
             RuntimeError: MindSpore committed a different number of rows.
         """
         from mindspore.mindrecord import FileReader
 
         self._flush(final=True)
-        self._writer.commit()
+        with self._naming_the_shard():
+            self._writer.commit()
         reader = FileReader(str(self.path))
         try:
             written = reader.len()
@@ -271,6 +335,7 @@ def write_shards(
             each extra column); a column with another row count or a bad name;
             bad prefix or ``max_shard_bytes < 1``.
         FileExistsError: a shard file already exists (never overwritten).
+        ShardWriteError: MindSpore could not write a shard (full disk, ...).
         RuntimeError: MindSpore committed a different number of rows.
     """
     samples = validate_samples(samples)

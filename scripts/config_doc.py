@@ -49,4 +49,42 @@ lines += rows(IngestConfig, "ingest.")
 lines += rows(OutputConfig, "output.")
 for stage in STAGES:
     lines += rows(stage_class(stage).Config, f"{stage}.")
+
+# Stage dependencies, from what each stage's Config declares (``requires``,
+# ``requirements()``, ``required_by_build``); the options that add one are
+# listed here by hand.
+OPTION_REQUIREMENTS = [("dedup", {"keep": "lowest_perplexity"}, "`keep: lowest_perplexity`"),
+                       ("tokenize", {"train_language_weights": {"en": 1.0}}, "`train_language_weights` set")]
+lines += [
+    "",
+    "## Checks before any work",
+    "",
+    "Besides each key's type and range, a build checks before it reads any input:",
+    "",
+    "* the version name: 1 to 100 ASCII letters, digits, `.`, `_`, `-`, starting with a letter or",
+    "  digit, not `cache` (`pipeline.config.check_version`);",
+    "* `output.seq_length` from 8 to 13,421,669 tokens (a MindRecord row of `seq_length + 1` ids and",
+    "  up to `seq_length` document ends must fit one 256 MiB page), and `seq_length + 1` at most",
+    "  `mixture.token_budget` when one is set;",
+    "* `tokenize.vocab_size` of a trained tokenizer at least 3 + `num_reserved_tokens` + 256 + 1",
+    "  (special tokens, byte alphabet, one merge);",
+    "* sources named by `mixture.weights` and `perplexity.reference_source` (required while",
+    "  perplexity is enabled);",
+    "* stage dependencies: a stage may be disabled (`<stage>.enabled: false`) only when no enabled",
+    "  stage reads it; the error names the stages that do.",
+    "",
+    "| stage | can be disabled | reads from earlier stages | when |",
+    "|---|---|---|---|",
+]
+for stage in STAGES:
+    config_cls = stage_class(stage).Config
+    cases = [(config_cls.model_construct().requirements(), "always")]
+    cases += [(config_cls.model_construct(**opts).requirements(), when)
+              for name, opts, when in OPTION_REQUIREMENTS if name == stage]
+    why = config_cls.required_by_build
+    can = f"no: {why}" if why else "yes"
+    reads = [(f"`{dep}`: {what}", when) for needs, when in cases for dep, what in needs.items()] or [("nothing", "")]
+    for i, (text, when) in enumerate(reads):
+        cells = [f"`{stage}`" if i == 0 else "", can if i == 0 else "", text, when]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
 print("\n".join(lines))

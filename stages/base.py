@@ -55,11 +55,32 @@ BASE_COLUMNS = ("id", "source", "file", "line", "text", "meta", "lang_hint", "ch
 
 
 class StageConfig(pydantic.BaseModel):
-    """Base of every stage's typed config: unknown keys are an error."""
+    """Base of every stage's typed config: unknown keys are an error.
+
+    A stage's config also declares what the stage needs from the rest of the
+    build, so that the build config is checked before any work
+    (``pipeline.config``): ``enabled: false`` on a stage that another enabled
+    stage reads, or on a stage no build can do without, is a config error
+    that names the dependency.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
+    #: Earlier stages (in ``stages.STAGES`` order) whose columns this stage
+    #: reads: stage name -> what it reads and why, e.g. ``{"langid":
+    #: "langid_lang (...)"}``. A stage whose needs depend on its options
+    #: overrides :meth:`requirements` instead.
+    requires: ClassVar[dict[str, str]] = {}
+    #: Why no build can do without this stage (the assembly reads its
+    #: columns), or None when it may be disabled.
+    required_by_build: ClassVar[str | None] = None
+
     enabled: bool = True
+
+    def requirements(self) -> dict[str, str]:
+        """The earlier stages this stage, so configured, reads: stage name ->
+        what it reads (:attr:`requires` unless a stage overrides it)."""
+        return dict(self.requires)
 
 
 @dataclasses.dataclass(frozen=True)

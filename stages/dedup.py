@@ -158,6 +158,14 @@ class Config(StageConfig):
     line_min_chars: int = pydantic.Field(30, ge=1)
     line_skip_languages: tuple[str, ...] = ("code",)
 
+    def requirements(self) -> dict[str, str]:
+        """``keep: lowest_perplexity`` reads the perplexity stage's
+        ``perplexity_value``; otherwise nothing (``langid_lang`` is used when
+        present, else ``lang_hint``)."""
+        if self.keep == "lowest_perplexity":
+            return {"perplexity": "perplexity_value (keep: lowest_perplexity picks each cluster's keeper by it)"}
+        return {}
+
     @property
     def num_perm(self) -> int:
         """Signature length, ``num_bands * rows_per_band``."""

@@ -333,6 +333,8 @@ class Config(StageConfig):
             (``max_bad_words``). Empty by default: the project ships no list.
     """
 
+    requires = {"langid": "langid_lang (the word segmenter and the rule thresholds follow the language)"}
+
     thresholds: dict[str, Thresholds] = {}
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
                                     "cjk", "code"]] = []

@@ -92,6 +92,9 @@ class Config(StageConfig):
             (see the module docstring).
     """
 
+    requires = {"tokenize": "tokenize_num_tokens (the budget and the weights count tokens)"}
+    required_by_build = "the assembly packs the copies it chooses (mixture_repeats)"
+
     token_budget: int | None = pydantic.Field(None, gt=0)
     weights: dict[str, float] = pydantic.Field(default_factory=dict)
     max_epochs: dict[str, float] = pydantic.Field(default_factory=dict)

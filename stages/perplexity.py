@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pydantic
 
+from common.errors import naming_path
 from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
@@ -57,6 +58,8 @@ class Config(StageConfig):
     Attributes:
         reference_source: the ``source`` whose kept documents train the models
             (e.g. a Wikipedia-like, curated source; CCNet trained on Wikipedia).
+            Required while the stage is enabled (checked with the build
+            config: it must name a configured source).
         order: n-gram order for ``lmplz -o``; default 5 as CCNet. Must be >= 2
             (an order-1 model ignores context, so it measures word frequency,
             not fluency).
@@ -135,7 +138,9 @@ class Config(StageConfig):
             for a full training (its README suggests 1e6-1e7 sentences).
     """
 
-    reference_source: str
+    requires = {"langid": "langid_lang (one KenLM model and one threshold per language)"}
+
+    reference_source: str | None = None
     order: int = 5
     min_reference_chars: int = pydantic.Field(100_000, ge=1)
     max_reference_chars: int = pydantic.Field(20_000_000, ge=1)
@@ -549,7 +554,9 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     Raises:
         FileNotFoundError: ``lmplz``/``build_binary`` missing from ``tools_dir``
             (build them with ``tools/build_kenlm.sh``).
-        RuntimeError: lmplz or build_binary failed (their stderr is included).
+        ToolError: lmplz or build_binary failed (command, exit status and
+            the last lines of its stderr in one line).
+        OSError: the training text cannot be written (names the file).
     """
     lmplz, build_binary = Path(tools_dir) / "lmplz", Path(tools_dir) / "build_binary"
     for tool in (lmplz, build_binary):
@@ -564,7 +571,7 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
         digest.update(hashlib.sha256(tokenizer_model).digest())
     with tempfile.TemporaryDirectory(dir=root, prefix=".train-") as tmp:
         text_path = Path(tmp) / "train.txt"
-        with open(text_path, "w", encoding="utf-8") as fh:
+        with naming_path(text_path), open(text_path, "w", encoding="utf-8") as fh:
             for sentence in sentences:
                 line = sentence + "\n"
                 fh.write(line)
@@ -590,11 +597,51 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     return model
 
 
+class ToolError(RuntimeError):
+    """An external tool (``lmplz``, ``build_binary``) failed.
+
+    ``str()`` is one line: the command, its exit status (or the signal that
+    killed it) and the last lines of its stderr, e.g. ``perplexity: lmplz
+    failed (exit 1): /repo/tools/bin/lmplz -o 5 ... ; stderr: ... | ...``.
+
+    Attributes:
+        command: the command line (list of str).
+        returncode: the exit status (negative: killed by that signal).
+        stderr_tail: its last non-empty stderr lines (at most
+            :data:`STDERR_TAIL_LINES`, each cut to 300 characters).
+    """
+
+    def __init__(self, command: list[str], returncode: int, stderr_tail: list[str]):
+        super().__init__(list(command), returncode, list(stderr_tail))
+        self.command, self.returncode, self.stderr_tail = list(command), returncode, list(stderr_tail)
+
+    def __str__(self) -> str:
+        import shlex
+        import signal
+
+        if self.returncode < 0:
+            try:
+                status = f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                status = f"killed by signal {-self.returncode}"
+        else:
+            status = f"exit {self.returncode}"
+        tail = " | ".join(self.stderr_tail) or "(no stderr)"
+        return (f"perplexity: {Path(self.command[0]).name} failed ({status}): {shlex.join(self.command)}; "
+                f"stderr: {tail}")
+
+
+#: stderr lines a :class:`ToolError` keeps (lmplz ends with its reason).
+STDERR_TAIL_LINES = 5
+
+
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """Run a tool; raise :class:`ToolError` when it exits non-zero.
+    ``OSError`` (a tool that cannot be started) names the tool's path."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"perplexity: {Path(cmd[0]).name} failed (exit {proc.returncode}): "
-                           f"{proc.stderr.strip()[-2000:]}")
+        lines = [line.strip()[:300] for line in proc.stderr.splitlines() if line.strip()]
+        raise ToolError(cmd, proc.returncode, lines[-STDERR_TAIL_LINES:])
 
 
 def reference_perplexities(docs: list[tuple[str, str, int, list[str]]], lang: str,

@@ -156,7 +156,9 @@ class Config(StageConfig):
             for text already in that form).
         num_reserved_tokens: extra special tokens ``<|reserved_0|>``... after
             BOS (ids 3..), for alignment-time roles (chat turns, tools). Default
-            0 (the sample models need none).
+            0 (the sample models need none). A trained vocabulary needs room
+            for them: ``vocab_size`` must be at least 3 + ``num_reserved_tokens``
+            + 256 (the byte alphabet) + 1 merge (:meth:`min_vocab_size`).
         train_max_chars: upper bound on characters (code points) of training
             text. Default 20,000,000: about 40% of the dev corpus, ~100 s on
             2 cores at vocab 16384 (docs/stages/tokenize.md).
@@ -189,6 +191,8 @@ class Config(StageConfig):
             ``<|endoftext|>``; ``<|pad|>`` and ``<|bos|>`` in the same style).
     """
 
+    required_by_build = "the assembly packs its token ids (tokenize_input_ids)"
+
     tokenizer_path: str | None = None
     vocab_size: int = pydantic.Field(16384, ge=260)
     min_frequency: int = pydantic.Field(2, ge=0)
@@ -220,7 +224,27 @@ class Config(StageConfig):
             if weights is not None and (any(w < 0 for w in weights.values())
                                         or not any(w > 0 for w in weights.values())):
                 raise ValueError(f"{key}: weights must be >= 0 with at least one > 0")
+        if self.tokenizer_path is None and self.vocab_size < self.min_vocab_size():
+            # The trainer never drops a special token or a byte symbol: a
+            # smaller vocab_size would silently give a larger vocabulary.
+            raise ValueError(
+                f"vocab_size: {self.vocab_size} is too small for a trained tokenizer: "
+                f"{len(self.special_tokens())} special tokens (pad, eos, bos and {self.num_reserved_tokens} "
+                f"reserved) + 256 byte symbols take {len(self.special_tokens()) + 256} ids before any merge; "
+                f"use at least {self.min_vocab_size()}")
         return self
+
+    def min_vocab_size(self) -> int:
+        """The smallest ``vocab_size`` a trained tokenizer accepts: the special
+        tokens (pad, eos, bos, reserved), the 256 byte symbols and one merge."""
+        return len(self.special_tokens()) + 256 + 1
+
+    def requirements(self) -> dict[str, str]:
+        """``train_language_weights`` draws the training sample by
+        ``langid_lang``; otherwise nothing (``lang_hint`` or ``und`` serve)."""
+        if self.train_language_weights is not None:
+            return {"langid": "langid_lang (train_language_weights draws the training sample by language)"}
+        return {}
 
     def special_tokens(self) -> list[str]:
         """pad, eos, bos, then the reserved slots: ids 0, 1, 2, 3, ..."""

@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, config_hash, config_path_for, load_config, parse_config
+from pipeline.config import REPO_ROOT, ConfigError, config_hash, config_path_for, load_config, parse_config
 
 SOURCES = {"web": {"paths": ["data/sample/web-fortunes.jsonl.zst"]},
            "reference": {"paths": ["data/sample/reference-debref.parquet"]}}
@@ -59,3 +61,223 @@ def test_invalid_yaml_and_missing_file(tmp_path):
     ok = tmp_path / "ok.yaml"
     ok.write_text(yaml.safe_dump(_cfg()))
     assert load_config(ok).seed == 1234
+
+
+# --------------------------------------------------------------------------- checks before any work (issue 13)
+
+def _errors(**sections) -> list[str]:
+    data = _cfg()
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, origin="c.yaml")
+    return str(exc.value).splitlines()
+
+
+OFF = {"enabled": False}
+
+
+def test_disabling_langid_names_the_stages_that_read_it():
+    assert _errors(langid=OFF) == [
+        "c.yaml: langid.enabled: false, but heuristics reads its langid_lang (the word segmenter and the rule "
+        "thresholds follow the language); perplexity reads its langid_lang (one KenLM model and one threshold "
+        "per language): enable langid, or disable heuristics and perplexity too"]
+    assert _errors(langid=OFF, heuristics=OFF) == [
+        "c.yaml: langid.enabled: false, but perplexity reads its langid_lang (one KenLM model and one threshold "
+        "per language): enable langid, or disable perplexity too"]
+    # tokenize cannot be disabled: the only way out is langid itself
+    assert _errors(langid=OFF, heuristics=OFF, perplexity=OFF, tokenize={"train_language_weights": {"en": 1.0}}) == [
+        "c.yaml: langid.enabled: false, but tokenize reads its langid_lang (train_language_weights draws the "
+        "training sample by language): enable langid"]
+
+
+def test_stages_the_build_needs_cannot_be_disabled():
+    assert _errors(tokenize=OFF) == [
+        "c.yaml: tokenize.enabled: this stage cannot be turned off: the assembly packs its token ids "
+        "(tokenize_input_ids)"]
+    assert _errors(mixture=OFF) == [
+        "c.yaml: mixture.enabled: this stage cannot be turned off: the assembly packs the copies it chooses "
+        "(mixture_repeats)"]
+
+
+def test_a_dependency_that_follows_an_option():
+    assert _errors(perplexity=OFF, dedup={"keep": "lowest_perplexity"}) == [
+        "c.yaml: perplexity.enabled: false, but dedup reads its perplexity_value (keep: lowest_perplexity picks "
+        "each cluster's keeper by it): enable perplexity, or disable dedup too"]
+    # the same stage disabled with dedup's default keeper is fine
+    assert parse_config(_cfg(perplexity=OFF)).dedup.keep == "longest"
+
+
+def test_disabled_perplexity_needs_no_reference_source_but_an_enabled_one_does():
+    cfg = parse_config({"sources": SOURCES, "perplexity": OFF})
+    assert cfg.perplexity.reference_source is None and not cfg.perplexity.enabled
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"sources": SOURCES}, origin="c.yaml")
+    assert str(exc.value) == ("c.yaml: perplexity.reference_source: required key is missing (the source whose "
+                              "documents train the KenLM models; or set perplexity.enabled: false)")
+
+
+def test_every_declared_requirement_is_an_earlier_stage():
+    from stages import STAGES
+
+    order = list(STAGES)
+    cfg = parse_config(_cfg(dedup={"keep": "lowest_perplexity"}, tokenize={"train_language_weights": {"en": 1}}))
+    seen = {}
+    for name in order:
+        for needed in getattr(cfg, name).requirements():
+            assert needed in order[:order.index(name)], (name, needed)
+            seen[name] = needed
+    assert seen == {"heuristics": "langid", "perplexity": "langid", "dedup": "perplexity",
+                    "tokenize": "langid", "mixture": "tokenize"}
+    assert [n for n in order if type(getattr(cfg, n)).required_by_build] == ["tokenize", "mixture"]
+
+
+def test_seq_length_bounds_say_why():
+    from pipeline.writer import MAX_SEQ_LENGTH, page_and_header_size
+
+    assert _errors(output={"seq_length": 4}) == [
+        "c.yaml: output.seq_length: 4 is below 8 tokens: a shorter window is mostly document boundaries "
+        "(our floor) (got 4)"]
+    assert _errors(output={"seq_length": 10**9, "shuffle_bucket_samples": 1}) == [
+        "c.yaml: output.seq_length: 1,000,000,000 tokens per sample cannot be stored: a MindRecord row of "
+        "seq_length + 1 ids and up to seq_length document ends must fit one 256 MiB page, so at most "
+        "13,421,669 (got 1000000000)"]
+    # the bound is the writer's own: the longest row fits a page, one token more does not
+    assert MAX_SEQ_LENGTH == 13_421_669
+    page_and_header_size(1, 2 * MAX_SEQ_LENGTH + 1)
+    with pytest.raises(ValueError, match="does not fit a MindRecord page"):
+        page_and_header_size(1, 2 * (MAX_SEQ_LENGTH + 1) + 1)
+    assert parse_config(_cfg(output={"seq_length": MAX_SEQ_LENGTH, "shuffle_bucket_samples": 1}))
+    # a token budget smaller than one sample could never pack one
+    assert _errors(output={"seq_length": 4096},
+                   mixture={"token_budget": 4000, "weights": {"web": 1, "reference": 1}}) == [
+        "c.yaml: output.seq_length: a sample holds seq_length + 1 = 4,097 tokens, more than "
+        "mixture.token_budget = 4,000: no sample could be packed"]
+
+
+def test_vocab_size_must_hold_the_special_tokens_and_bytes():
+    assert _errors(tokenize={"vocab_size": 260, "num_reserved_tokens": 50}) == [
+        "c.yaml: tokenize.vocab_size: 260 is too small for a trained tokenizer: 53 special tokens (pad, eos, bos "
+        "and 50 reserved) + 256 byte symbols take 309 ids before any merge; use at least 310"]
+    assert parse_config(_cfg(tokenize={"vocab_size": 310, "num_reserved_tokens": 50})).tokenize.vocab_size == 310
+    # a given tokenizer is used as is: vocab_size does not apply
+    assert parse_config(_cfg(tokenize={"vocab_size": 260, "num_reserved_tokens": 50, "tokenizer_path": "t.json"}))
+
+
+@pytest.mark.parametrize("name, line", [
+    ("v" * 300, "version 'vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv...' has 300 characters: at most 100 "
+                "(it names directories under corpora/ and report files)"),
+    ("../v1", "version '../v1': use ASCII letters, digits, '.', '_' or '-', starting with a letter or digit "
+              "(e.g. v1, 2024-06.zh)"),
+    ("-v1", "version '-v1': use ASCII letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "(e.g. v1, 2024-06.zh)"),
+    ("v1\nv2", "version 'v1\\nv2': use ASCII letters, digits, '.', '_' or '-', starting with a letter or digit "
+               "(e.g. v1, 2024-06.zh)"),
+    ("cache", "version 'cache' is reserved (corpora/.work/cache holds the cross-build cache)"),
+])
+def test_bad_version_names_stop_the_build_before_any_work(tmp_path, name, line):
+    from pipeline.build import build
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_cfg()))
+    with pytest.raises(ConfigError) as exc:
+        build(name, config, tmp_path / "corpora", log=lambda m: None)
+    assert str(exc.value) == line
+    assert not (tmp_path / "corpora").exists()
+
+
+def test_names_at_the_limit_are_fine():
+    from pipeline.config import MAX_VERSION_LENGTH, check_version
+
+    assert MAX_VERSION_LENGTH == 100
+    for name in ("v1", "2024-06.zh_web", "a" * 100):
+        assert check_version(name) == name
+
+
+@pytest.mark.parametrize("patch, line", [
+    ({"output": {"seq_length": 4}}, "error: c.yaml: output.seq_length: 4 is below 8 tokens"),
+    ({"tokenize": {"vocab_size": 260, "num_reserved_tokens": 50}},
+     "error: c.yaml: tokenize.vocab_size: 260 is too small for a trained tokenizer"),
+    ({"langid": OFF}, "error: c.yaml: langid.enabled: false, but heuristics reads its langid_lang"),
+])
+def test_cli_prints_one_line_and_does_no_work(tmp_path, monkeypatch, patch, line):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    data = _cfg()
+    data["sources"] = {k: {"paths": [str(REPO_ROOT / p) for p in v["paths"]]} for k, v in SOURCES.items()}
+    data.update(patch)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    res = CliRunner().invoke(app, ["build", "--version", "v1", "--config", "c.yaml", "--corpora-root", "corpora"])
+    assert res.exit_code == 2
+    assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith(line), res.stderr
+    assert res.stdout == "" and not (tmp_path / "corpora").exists()
+    res = CliRunner().invoke(app, ["build", "--version", "x" * 300, "--config", "c.yaml", "--corpora-root", "corpora"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: version 'xxxx") and len(res.stderr.splitlines()) == 1
+    assert not (tmp_path / "corpora").exists()
+
+
+# --------------------------------------------------------------------------- a stage that can be disabled builds
+
+def small_corpus(root: Path) -> dict:
+    """Sources of ~160 real documents (fortunes in five languages, Debian
+    Reference pages, two Python files) under ``root``, for quick builds."""
+    import io
+    import shutil
+
+    import pyarrow.parquet as pq
+    import zstandard
+
+    sample = REPO_ROOT / "data" / "sample"
+    data = root / "data"
+    (data / "code").mkdir(parents=True)
+    with open(sample / "web-fortunes.jsonl.zst", "rb") as fh:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    (data / "web.jsonl").write_text("".join(lines[::25][:120]), encoding="utf-8")
+    pq.write_table(pq.read_table(sample / "reference-debref.parquet").slice(0, 20), data / "reference.parquet")
+    for path in sorted((sample / "code").glob("*.py"))[:2]:
+        shutil.copy(path, data / "code" / path.name)
+    return {"web": {"paths": [str(data / "web.jsonl")]},
+            "reference": {"paths": [str(data / "reference.parquet")]},
+            "code": {"paths": [str(data / "code" / "*.py")], "format": "text", "lang": "code"}}
+
+
+@pytest.fixture(scope="module")
+def small_sources(tmp_path_factory):
+    return small_corpus(tmp_path_factory.mktemp("small"))
+
+
+# Every stage that can be disabled is off in one of the two builds (two, not
+# one per stage, to keep the suite short): langid with the two stages that
+# read it, then heuristics and dedup with langid and perplexity running.
+@pytest.mark.parametrize("disabled", [("langid", "heuristics", "perplexity"), ("heuristics", "dedup")])
+def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path, disabled):
+    from pipeline.build import build
+    from pipeline.cli import output_table, summary_table
+    from pipeline.lineage import format_lineage, lineage_for_document, lineage_for_step
+    from pipeline.versions import verify_version
+    from stages import STAGES
+
+    data = {"seed": 3, "sources": small_sources, "executor": {"num_workers": 1},
+            "perplexity": {"reference_source": "reference", "lmplz_memory": "64M"},
+            "tokenize": {"vocab_size": 600}, "output": {"seq_length": 64}}
+    for name in disabled:
+        data.setdefault(name, {})["enabled"] = False
+    parse_config(data)  # valid: nothing enabled reads a disabled stage
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    assert m["stage_order"] == [s for s in STAGES if s not in disabled] == list(m["stages"])
+    acc = m["accounting"]
+    assert acc["documents_in"] == 120 + 20 + 2 == acc["kept"] + acc["dropped"] + acc["quarantined"]
+    assert m["num_samples"] > 0 and (result.version_dir / "report.html").stat().st_size > 0
+    assert verify_version(result.version_dir)["ok"]
+    records = lineage_for_step(result.version_dir, 0, global_batch=2)
+    segment = records[0]["segments"][0]
+    assert (segment["langid_lang"] is None) == ("langid" in disabled)
+    assert (segment["perplexity_bucket"] is None) or "perplexity" not in disabled
+    assert segment["doc_id"] in format_lineage(records)
+    assert lineage_for_document(result.version_dir, segment["doc_id"], global_batch=2)["pieces"]
+    summary_table(m), output_table(m)  # the CLI's tables render

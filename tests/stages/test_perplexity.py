@@ -342,3 +342,24 @@ def test_max_reference_chars_draws_a_seeded_subset(tmp_path):
     assert 0 < en["reference_docs"] < full["languages"]["en"]["reference_docs"] == 10
     assert en["reference_chars"] < available
     assert en["model_sha256"] == again["languages"]["en"]["model_sha256"]
+
+
+def test_a_failing_lmplz_raises_one_line_with_command_status_and_stderr_tail(tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    noise = "".join(f'echo "progress line {i}" >&2\n' for i in range(20))
+    (tools / "lmplz").write_text(f"#!/bin/sh\n{noise}echo 'lmplz: Could not allocate 1000G' >&2\nexit 3\n")
+    (tools / "build_binary").write_text("#!/bin/sh\nexit 0\n")
+    for tool in tools.iterdir():
+        tool.chmod(0o755)
+    with pytest.raises(ppl.ToolError) as exc:
+        ppl.train_kenlm(["a b c", "b c d"], 3, tools, tmp_path / "cache", memory="16M")
+    err = exc.value
+    assert err.returncode == 3 and err.command[:6] == [str(tools / "lmplz"), "-o", "3", "--discount_fallback",
+                                                       "-S", "16M"]
+    assert err.stderr_tail == ["progress line 16", "progress line 17", "progress line 18", "progress line 19",
+                               "lmplz: Could not allocate 1000G"]
+    assert "\n" not in str(err) and str(err).startswith(f"perplexity: lmplz failed (exit 3): {tools / 'lmplz'} -o 3")
+    assert str(err).endswith("; stderr: progress line 16 | progress line 17 | progress line 18 | "
+                             "progress line 19 | lmplz: Could not allocate 1000G")
+    assert not list((tmp_path / "cache" / "kenlm").iterdir())  # no half model left in the cache
