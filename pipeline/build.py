@@ -189,12 +189,16 @@ def ingest_file(task: dict[str, Any]) -> dict[str, Any]:
         again). The quarantined records go to ``quarantine-<index>.jsonl``.
 
     Raises:
-        IngestError: something other than reading the file failed (writing a
-            partition...), with the file named. A file that cannot be read is
-            quarantined, never raised.
+        OSError: writing a partition failed (a full disk...): the error
+            names the file written.
+        IngestError: anything else outside reading the file failed, with the
+            input file named. A file that cannot be read is quarantined,
+            never raised.
     """
     try:
         return _ingest_file(task)
+    except OSError:
+        raise  # names the path it failed on (common.errors.naming_path): one line at the CLI
     except Exception as exc:
         raise IngestError(f"ingest of {task['file']} (source {task['source']}) failed: "
                           f"{type(exc).__name__}: {exc}") from exc
