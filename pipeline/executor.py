@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.errors import naming_path
+from pipeline.runlog import proc_status_mb
 from stages.base import EDITABLE_COLUMNS, KEEP, REASON, ROW, StageContext, read_view
 
 PARQUET_OPTS = {"compression": "zstd", "compression_level": 3}
@@ -534,13 +535,9 @@ def peak_rss_mb() -> float:
     """This process's peak resident set size in MB (Linux ``VmHWM``, which
     starts again at exec, unlike ``ru_maxrss`` of a spawned worker, which
     inherits the parent's figure); ``ru_maxrss`` elsewhere."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
+    peak = proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

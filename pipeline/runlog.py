@@ -39,16 +39,23 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _rss_mb() -> float | None:
-    """This process's resident set now (``VmRSS``, MB); None off Linux."""
+def proc_status_mb(field: str) -> float | None:
+    """A memory figure of this process from ``/proc/self/status`` in MB
+    (``field``: ``"VmRSS"``, the resident set now; ``"VmHWM"``, its peak since
+    exec or the last reset); None off Linux or when the field is absent."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
     return None
+
+
+def _rss_mb() -> float | None:
+    """This process's resident set now (``VmRSS``, MB); None off Linux."""
+    return proc_status_mb("VmRSS")
 
 
 def crash_point(stage: str, done: int) -> None:
