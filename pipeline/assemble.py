@@ -67,6 +67,7 @@ import pyarrow.parquet as pq
 from common.errors import naming_path
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
+from pipeline.manifest import sha256_file
 from stages.base import KEEP, REASON, read_view
 
 # Row groups of the lineage parts (sorted by sample) and of the by-document
@@ -93,14 +94,6 @@ class BuildError(RuntimeError):
 # --------------------------------------------------------------------------- small helpers
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
     """Write Parquet atomically; return the file's sha256. An ``OSError``
     (a full disk) names the file."""
@@ -109,7 +102,7 @@ def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
     with naming_path(tmp, discard=True):
         pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
     os.replace(tmp, path)
-    return _sha256(path)
+    return sha256_file(path)
 
 
 class _RowGroupWriter:
@@ -653,7 +646,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     if writer.rows != stop - first:
         raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
     writer.close()
-    shard = {"name": name, "sha256": _sha256(path), "db_sha256": _sha256(Path(f"{path}.db")),
+    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(Path(f"{path}.db")),
              "rows": int(stop - first), "bytes": path.stat().st_size}
 
     from pipeline.executor import current_node
@@ -661,7 +654,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": by_source,
                               "segments": lineage.rows, "node": current_node()}
     if lineage.close():
-        result["files"][rel] = _sha256(tmp / rel)
+        result["files"][rel] = sha256_file(tmp / rel)
     _write_json(result, marker)
     return result
 

@@ -67,7 +67,7 @@ from pipeline.lock import VersionLock, VersionLockedError
 from pipeline.lock import describe as describe_lock
 from pipeline.manifest import MANIFEST, MANIFEST_DIGEST, build_manifest, sha256_file, write_manifest
 from pipeline.redact import redact, secret_values
-from pipeline.readers import (FILE_REASONS, READER_VERSION, RETRY_REASONS, Quarantined, detect_format, display_path,
+from pipeline.readers import (FILE_REASONS, RETRY_REASONS, Quarantined, detect_format, display_path,
                               input_identity, is_url, parquet_column_problem, read_file, resolve_paths)
 from pipeline.runlog import RunLog, crash_point
 from stages import STAGES, stage_class
@@ -515,7 +515,7 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
     ingest_dir = work / "ingest"
     code = code_digest(INGEST_CODE)
     layout_fp = _fingerprint("ingest", config_dict(cfg)["sources"], config_dict(cfg)["ingest"],
-                             [(i["source"], i["file"]) for i in inputs], code.digest, READER_VERSION)
+                             [(i["source"], i["file"]) for i in inputs], code.digest)
     identities = [i["identity"] for i in inputs]
     ids_state = ingest_dir / "_IDS_INPUTS.json"
     stale_ids = ids_state.exists() and json.loads(ids_state.read_text()) != identities

@@ -48,10 +48,6 @@ from pathlib import Path
 import zstandard
 
 READ_CHUNK = 1 << 20
-# Part of the ingest fingerprint: raise it when a change to the readers
-# changes what a file reads as, so a resumed build does not keep ingest
-# outputs of the older readers.
-READER_VERSION = 2
 # zstd's largest window on 64-bit machines (ZSTD_WINDOWLOG_MAX_64 = 31): what
 # ``zstd --long=31`` writes. Memory is allocated as the window fills.
 ZSTD_MAX_WINDOW = 1 << 31
