@@ -14,7 +14,9 @@ module; ``"pipeline.build:ingest_phase"``: one top-level definition):
   (a function, class or constant a reached statement names, in its own
   module or, through an import, in another project module) and through
   string constants that name a top-level definition of the same module
-  (lookups by name). A module root takes every statement of the module; an
+  (lookups by name). A module root takes every statement of the module (a
+  package's ``__init__.py`` also every name it imports: a package such as
+  ``stages.heuristics`` re-exports its submodules' names); an
   imported name takes only the definitions it reaches, so a stage that
   imports ``stages.packing.id_hash`` does not re-run when the packer
   changes. Each statement counts as its syntax tree (``ast.dump``, no line
@@ -271,6 +273,10 @@ class _Closure:
             if attr is None:                            # the whole module
                 for index in range(len(mod.statements)):
                     self._take(mod, index)
+                if mod.path.endswith("/__init__.py"):   # a package: what it imports is what it exports
+                    for targets in mod.imports.values():
+                        for target in targets:
+                            self.add(*target)
             elif attr in mod.bindings:
                 for index in mod.bindings[attr]:
                     self._take(mod, index)

@@ -129,6 +129,30 @@ def test_a_definition_root_takes_only_what_it_reaches(tmp_path):
     assert code_digest(["pkg.c:helper"], root=root).digest == before
 
 
+def test_a_package_root_follows_what_its_init_exports(tmp_path):
+    """A root that is a package (``stages.heuristics``) resolves to its
+    ``__init__.py``; the names it re-exports from its submodules are followed
+    into them, as far as they reach."""
+    root = tmp_path / "p"
+    (root / "pkg" / "rules").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "rules" / "__init__.py").write_text(
+        '"""Rules."""\nfrom pkg.rules.stage import Stage\nfrom .table import LIMITS\n\n'
+        '__all__ = ["LIMITS", "Stage"]\n')
+    (root / "pkg" / "rules" / "stage.py").write_text(
+        "from pkg.rules.table import LIMITS\n\n\nclass Stage:\n    def run(self, x):\n"
+        "        return x < LIMITS['a']\n\n\ndef unused():\n    return 0\n")
+    (root / "pkg" / "rules" / "table.py").write_text("LIMITS = {'a': 1}\nOTHER = 2\n")
+    d = code_digest(["pkg.rules"], root=root)
+    assert sorted(d.sources) == ["pkg/rules/__init__.py", "pkg/rules/stage.py", "pkg/rules/table.py"]
+    assert d.definitions == {"pkg/rules/stage.py": ["Stage"], "pkg/rules/table.py": ["LIMITS"]}
+    table = root / "pkg" / "rules" / "table.py"
+    table.write_text("LIMITS = {'a': 2}\nOTHER = 2\n")
+    assert code_digest(["pkg.rules"], root=root).digest != d.digest     # a threshold moved
+    table.write_text("LIMITS = {'a': 1}\nOTHER = 3\n")
+    assert code_digest(["pkg.rules"], root=root).digest == d.digest     # not reached
+
+
 def test_bad_roots_are_named(tmp_path):
     root = _project(tmp_path / "p")
     with pytest.raises(ValueError, match="no project module 'pkg.nope'"):
