@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.code_digest import code_digest
+from pipeline.code_digest import REPO_ROOT, code_digest
 
 A = '''"""Module a."""
 import json
@@ -167,9 +167,17 @@ def test_this_repository_s_stage_and_ingest_digests():
     from pipeline.build import ASSEMBLE_CODE, INGEST_CODE, stage_code_digest
 
     heuristics = stage_code_digest("heuristics")
-    assert sorted(heuristics.sources) == ["common/errors.py", "pipeline/executor.py", "stages/__init__.py", "stages/base.py",
-                                          "stages/heuristics.py", "stages/text.py"]
-    assert "stages/heuristics.py" not in heuristics.definitions      # the stage module whole
+    package = ["stages/heuristics/__init__.py", "stages/heuristics/c4.py", "stages/heuristics/cjk.py",
+               "stages/heuristics/code.py", "stages/heuristics/family.py", "stages/heuristics/fineweb.py",
+               "stages/heuristics/gopher_quality.py", "stages/heuristics/gopher_repetition.py",
+               "stages/heuristics/ngrams.py", "stages/heuristics/presets.py", "stages/heuristics/rules.py",
+               "stages/heuristics/stage.py", "stages/heuristics/view.py"]
+    assert sorted(heuristics.sources) == ["common/errors.py", "pipeline/executor.py", "stages/__init__.py",
+                                          "stages/base.py", *package, "stages/text.py"]
+    # the stage package whole: every module of it, every statement of each
+    assert sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "stages" / "heuristics").glob("*.py")) \
+        == package
+    assert not set(package) & set(heuristics.definitions)
     assert {"rjieba", "ftfy", "pyarrow"} <= set(heuristics.libraries)
     langid = stage_code_digest("langid")
     assert langid.data == {"stages/data/zh_script_chars.json": langid.data["stages/data/zh_script_chars.json"]}

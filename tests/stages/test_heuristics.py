@@ -1,7 +1,9 @@
-"""Tests for stages/heuristics.py: per-language rule presets, CJK-aware measures."""
+"""Tests for stages/heuristics/: per-language rule presets, CJK-aware measures, the
+family modules and the registry assembled from them."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from collections import Counter
 from pathlib import Path
@@ -421,3 +423,84 @@ def test_effective_thresholds_per_language_after_presets_and_overrides():
         assert Thresholds(**t[lang]).model_dump(exclude_none=True) == \
             config.for_language(lang).model_dump(exclude_none=True)
     assert config.for_language("sw").model_dump(exclude_none=True) == t["default"]
+
+
+# --- the package: one module per rule family, one registry ---------------------------
+
+def test_each_family_module_holds_its_values_and_rules():
+    """stages.heuristics.<family> for every family; its rules carry its name."""
+    values = {
+        "gopher_quality": ["num_chars", "num_words", "symbol_word_ratio", "mean_word_length",
+                           "alpha_word_share", "bullet_line_fraction", "ellipsis_line_fraction",
+                           "stop_word_count"],
+        "gopher_repetition": ["duplicate_line_fraction", "duplicate_line_char_fraction",
+                              "duplicate_paragraph_fraction", "duplicate_paragraph_char_fraction",
+                              "top_2gram_char_share", "top_3gram_char_share", "top_4gram_char_share",
+                              *(f"duplicate_{n}gram_char_share" for n in range(5, 11))],
+        "c4": ["sentence_count", "lorem_ipsum_count", "curly_bracket_count", "bad_word_count"],
+        "fineweb": ["line_punct_ratio", "short_line_fraction", "newline_word_ratio"],
+        "cjk": ["unbroken_run", "residue_per_kchar", "mojibake_per_kchar", "abnormal_char_share",
+                "code_line_fraction"],
+        "code": ["max_line_length", "mean_line_length", "alnum_char_share"],
+    }
+    batch_counts = {"c4": ["lorem_ipsum"], "fineweb": ["line_breaks"],
+                    "cjk": ["unbroken_run", "abnormal_chars", "residue", "code_lines", "mojibake_fixed",
+                            "mojibake_suspect"]}
+    assert H.FAMILIES == ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk", "code")
+    assert H.Config.model_fields["disabled_families"].annotation.__args__[0].__args__ == H.FAMILIES
+    for family in H.FAMILIES:
+        module = importlib.import_module(f"stages.heuristics.{family}")
+        assert module.FAMILY == family
+        assert list(module.VALUES) == values[family], family
+        assert list(module.BATCH_COUNTS) == batch_counts.get(family, []), family
+        assert module.INT_VALUES <= set(module.VALUES)
+        assert {rule.family for rule in module.RULES} == {family}
+    # FineWeb's duplicated-line rule reads Gopher's measure (measured once)
+    from stages.heuristics import fineweb
+    assert [r.value for r in fineweb.RULES if r.value not in fineweb.VALUES] == ["duplicate_line_char_fraction"]
+
+
+def test_registry_keeps_the_column_and_check_order():
+    """The stage's columns follow VALUES (families in FAMILIES order); the
+    first failing rule in RULES order is the reason: size rules first, then
+    code, cjk, the rest of gopher_quality, gopher_repetition, c4, fineweb."""
+    assert list(H.VALUES)[:9] == ["num_chars", "num_words", "symbol_word_ratio", "mean_word_length",
+                                  "alpha_word_share", "bullet_line_fraction", "ellipsis_line_fraction",
+                                  "stop_word_count", "duplicate_line_fraction"]
+    assert list(H.VALUES)[-8:] == ["unbroken_run", "residue_per_kchar", "mojibake_per_kchar",
+                                   "abnormal_char_share", "code_line_fraction", "max_line_length",
+                                   "mean_line_length", "alnum_char_share"]
+    assert len(H.VALUES) == 36
+    assert [r.name for r in H.RULES] == [
+        "min_chars", "min_words", "max_words",
+        "max_line_length", "max_mean_line_length", "min_alnum_char_share",
+        "max_mojibake_per_kchar", "max_residue_per_kchar", "max_abnormal_char_share", "max_unbroken_run",
+        "max_code_line_fraction",
+        "max_symbol_word_ratio", "min_mean_word_length", "max_mean_word_length", "min_alpha_word_share",
+        "max_bullet_line_fraction", "max_ellipsis_line_fraction", "min_stop_words",
+        "max_duplicate_line_fraction", "max_duplicate_line_char_fraction", "max_duplicate_paragraph_fraction",
+        "max_duplicate_paragraph_char_fraction", "max_top_2gram_char_share", "max_top_3gram_char_share",
+        "max_top_4gram_char_share", *(f"max_duplicate_{n}gram_char_share" for n in range(5, 11)),
+        "min_sentences", "max_lorem_ipsum", "max_curly_brackets", "max_bad_words",
+        "min_line_punct_ratio", "max_short_line_fraction", "max_fineweb_duplicate_line_char_fraction",
+        "max_newline_word_ratio"]
+    assert [r.name for r in H.RULES if r.long_only] == [
+        "min_stop_words", "max_top_2gram_char_share", "max_top_3gram_char_share", "max_top_4gram_char_share",
+        *(f"max_duplicate_{n}gram_char_share" for n in range(5, 11))]
+    assert sorted(H.INT_VALUES) == ["bad_word_count", "curly_bracket_count", "lorem_ipsum_count",
+                                    "max_line_length", "num_chars", "num_words", "sentence_count",
+                                    "stop_word_count", "unbroken_run"]
+
+
+def test_a_value_defined_by_two_families_is_refused():
+    from stages.heuristics.rules import _merged
+
+    assert _merged([{"a": 1}, {"b": 2}], "value") == {"a": 1, "b": 2}
+    with pytest.raises(ValueError, match="value 'a' is defined by two families"):
+        _merged([{"a": 1}, {"a": 2}], "value")
+
+
+def test_no_module_of_the_package_is_over_400_lines():
+    package = Path(H.__file__).parent
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in package.glob("*.py")}
+    assert len(sizes) == 13 and max(sizes.values()) <= 400, sizes

@@ -1,0 +1,167 @@
+"""Chinese-corpus rules ("cjk"): what Chinese-corpus builders ask for.
+
+Very long runs without a break (whitespace or punctuation, full-width
+included), escape and markup residue (``\\u00e9``, ``&amp;``, literal
+``\\n``, HTML tags), mojibake, abnormal symbol share, code lines mixed into
+prose. They apply to every language's prose. No paper sets these
+thresholds: they are ours, measured on /work/shared/corpus
+(docs/stages/heuristics.md; :data:`stages.heuristics.presets.PRESETS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from stages.heuristics.family import BatchCount, Measure, Rule, count_matches, ratio
+
+if TYPE_CHECKING:
+    from stages.heuristics.view import Document
+
+FAMILY = "cjk"
+
+# Patterns run over a whole partition at once with Arrow's RE2 kernels
+# (``pyarrow.compute``; ~10x faster than one Python ``re`` call per document).
+# Characters that are neither letters, marks, digits, whitespace, punctuation
+# nor printable ASCII: non-ASCII symbols (box drawing, emoji, math, dingbats),
+# private-use, unassigned and control characters.
+# Whitespace as str.isspace sees it: RE2's \s is ASCII only, so the Unicode
+# separators (\p{Z}: U+3000 ideographic space, NBSP, U+2028/2029) and the
+# other control-character line breaks are listed.
+_ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\p{Z}\p{P}\t\n\x0b\x0c\r\x1c-\x1f\x85\x21-\x7e]"
+# Escape and markup residue: JSON/C escapes left as text (\u00e9, \x41, a
+# literal \n), HTML entities, HTML tags.
+_RESIDUE_RE2 = (
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]|[\x00-\x08\x0e-\x1f\x7f]"
+    r"|\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|\\[nrt]"
+    r"|&(?:amp|lt|gt|quot|apos|nbsp|#[0-9]{2,6}|#[xX][0-9a-fA-F]{2,5});"
+    r"|</?(?:div|span|p|br|a|img|table|tr|td|th|li|ul|ol|script|style|font|b|i|h[1-6])\b[^<>]{0,200}>")
+# A line that looks like program code (C-family, Python, shell, SQL): the
+# pattern matches a whole line, so matches = code lines.
+_CODE_LINE_RE2 = (
+    r"(?m)^.*(?:[;{}][ \t\r]*$|^[ \t]*(?:#include\b|import\s+\w|from\s+\S+\s+import\b|def\s+\w+\s*\(|"
+    r"class\s+\w+[:(]|function\b|var\s+\w|let\s+\w|const\s+\w|public\s|private\s|return\b|"
+    r"if\s*\(|for\s*\(|while\s*\(|SELECT\s|\}\s*else\b)|=>|==|!=|&&|\|\||::|->|\)\s*\{).*$")
+# Mojibake: the replacement character and the classic GBK/UTF-8 round-trip
+# strings; and UTF-8 read as Latin-1/cp1252 (a lead byte shown as Â..ô
+# followed by a continuation byte shown as U+0080..U+00BF or a cp1252 glyph),
+# which ftfy confirms (Python ``re`` twin below for the line scan).
+_MOJIBAKE_FIXED_RE2 = "\ufffd|锟斤拷|烫烫烫|屯屯屯"
+_MOJIBAKE_SUSPECT_CLASS = (
+    "[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192"
+    "\u02c6\u02dc\u2013\u2014\u2018-\u201e\u2020-\u2022\u2026\u2030\u2039\u203a\u20ac\u2122]")
+_MOJIBAKE_SUSPECT_RE = re.compile(_MOJIBAKE_SUSPECT_CLASS)
+
+
+# Breaks for the longest unbroken run: whitespace, punctuation and symbols
+# (Unicode P* and S*: ASCII, general, CJK and full-width forms alike).
+@functools.lru_cache(maxsize=1)
+def _break_table() -> np.ndarray:
+    """bool[0x30000]: code point is whitespace, punctuation (P*) or a symbol
+    (S*). Code points above (Plane 3+: rare CJK extensions, tags) are not."""
+    table = np.zeros(0x30000, bool)
+    for cp in range(0x30000):
+        ch = chr(cp)
+        table[cp] = ch.isspace() or unicodedata.category(ch)[0] in "PS"
+    return table
+
+
+def _unbroken_runs(texts: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """int64[n]: the longest run of characters without whitespace,
+    punctuation or symbols in each text, for all texts in one numpy pass
+    (texts joined by a line break; a run never crosses two texts)."""
+    values = texts.to_pylist()
+    if not values:
+        return np.zeros(0, np.int64)
+    values = [v or "" for v in values]
+    codes = np.frombuffer("\n".join(values).encode("utf-32-le"), np.uint32)
+    table = _break_table()
+    breaks = np.ones(len(codes) + 2, bool)              # a break before and after all
+    np.take(table, codes, out=breaks[1:-1], mode="clip")
+    breaks[1:-1] &= codes < len(table)
+    where = np.flatnonzero(breaks)                      # positions in codes, + 1
+    runs = np.diff(where) - 1                           # the run ending at each break
+    doc_ends = np.cumsum([len(v) + 1 for v in values])  # separator position + 1, per text
+    owner = np.searchsorted(doc_ends, where[1:], side="left")   # nondecreasing
+    out = np.zeros(len(values), np.int64)
+    first = np.flatnonzero(np.diff(owner, prepend=-1))  # each text's first run
+    docs = owner[first]
+    maxima = np.maximum.reduceat(runs, first)
+    inside = docs < len(values)
+    out[docs[inside]] = maxima[inside]
+    return out
+
+
+def unbroken_run(doc: Document) -> int:
+    """Characters in the longest run without whitespace or punctuation
+    (ASCII, general, CJK and full-width punctuation all break a run), so
+    Chinese prose (no spaces, but ``，。``) is measured like English."""
+    return doc.counts["unbroken_run"]
+
+
+def residue_per_kchar(doc: Document) -> float | None:
+    """Escape and markup residue per 1,000 characters: ``\\uXXXX``, ``\\xXX``,
+    literal ``\\n``/``\\r``/``\\t``, HTML entities (``&amp;``, ``&#39;``),
+    HTML tags (``<div>``, ``</p>``, ``<br/>``), terminal escape sequences
+    (``ESC[31m``, one each) and other C0 control characters (not tab, line
+    breaks or form feed; none occurs in /work/shared/corpus)."""
+    return ratio(1000 * doc.counts["residue"], len(doc.text))
+
+
+def mojibake_per_kchar(doc: Document) -> float | None:
+    """Mojibake sequences per 1,000 characters: U+FFFD, ``锟斤拷``/``烫烫烫``/
+    ``屯屯屯`` (GBK/UTF-8 round trips), and UTF-8 read as Latin-1/cp1252
+    (``Ã©``, ``â€™``, ``Ð¿``), confirmed with ftfy's ``badness`` on the lines
+    that hold such a pair (ftfy runs at ~1.3 M chars/s, so only there)."""
+    text = doc.text
+    count = doc.counts["mojibake_fixed"]
+    if doc.counts["mojibake_suspect"]:
+        from ftfy.badness import badness
+
+        count += sum(badness(line) for line in doc.lines if _MOJIBAKE_SUSPECT_RE.search(line))
+    return ratio(1000 * count, len(text))
+
+
+def abnormal_char_share(doc: Document) -> float | None:
+    """Share of characters that are not word characters, whitespace or common
+    punctuation (ASCII, general, CJK, full-width): box drawing, emoji, math
+    and other symbols, private-use characters."""
+    return ratio(doc.counts["abnormal_chars"], len(doc.text))
+
+
+def code_line_fraction(doc: Document) -> float | None:
+    """Share of non-blank lines that look like program code (end in ``;``,
+    ``{`` or ``}``; start with ``def``/``import``/``#include``/``return``...;
+    hold ``==``, ``&&``, ``->``, ``=>``, ``::``). Full-width ``；`` is prose."""
+    return ratio(doc.counts["code_lines"], len(doc.lines))
+
+
+VALUES: dict[str, Measure] = {
+    "unbroken_run": unbroken_run,
+    "residue_per_kchar": residue_per_kchar,
+    "mojibake_per_kchar": mojibake_per_kchar,
+    "abnormal_char_share": abnormal_char_share,
+    "code_line_fraction": code_line_fraction,
+}
+INT_VALUES = frozenset({"unbroken_run"})
+BATCH_COUNTS: dict[str, BatchCount] = {
+    "unbroken_run": _unbroken_runs,
+    "abnormal_chars": count_matches(_ABNORMAL_RE2),
+    "residue": count_matches(_RESIDUE_RE2),
+    "code_lines": count_matches(_CODE_LINE_RE2, by_line=True),
+    "mojibake_fixed": count_matches(_MOJIBAKE_FIXED_RE2),
+    "mojibake_suspect": count_matches(_MOJIBAKE_SUSPECT_CLASS),
+}
+
+RULES: tuple[Rule, ...] = (
+    Rule("max_mojibake_per_kchar", "mojibake_per_kchar", "max", FAMILY),
+    Rule("max_residue_per_kchar", "residue_per_kchar", "max", FAMILY),
+    Rule("max_abnormal_char_share", "abnormal_char_share", "max", FAMILY),
+    Rule("max_unbroken_run", "unbroken_run", "max", FAMILY),
+    Rule("max_code_line_fraction", "code_line_fraction", "max", FAMILY),
+)

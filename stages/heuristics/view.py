@@ -1,0 +1,120 @@
+"""The one shared document view of the heuristics stage.
+
+Each document is measured once: its lines, paragraphs and words
+(``stages.text.words`` for the document's ``langid_lang``: rjieba for
+Chinese, one word per CJK character for Japanese/Korean, letter runs
+otherwise) are computed a single time (:class:`Document`, lazily) and shared
+by every rule of every family; word n-grams are counted once for n = 2..10
+(:attr:`Document.ngram_stats`, :mod:`stages.heuristics.ngrams`) and the
+partition-wide regex counts once per partition
+(:attr:`Document.counts`, :func:`stages.heuristics.rules.batch_counts`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import pyarrow as pa
+
+from stages.heuristics.family import ratio
+from stages.heuristics.ngrams import ngram_stats_batch
+from stages.heuristics.rules import batch_counts
+from stages.text import PARAGRAPH_BREAK_RE, words_fast
+
+
+class Document:
+    """One document's text, measured lazily; every value is computed at most once.
+
+    Attributes:
+        text: the document (str).
+        lang: its ``langid_lang`` (str or None).
+        short_line_chars: most characters of a FineWeb short line.
+        bad_words: the C4 bad-word set for ``lang`` (empty: none).
+    """
+
+    def __init__(self, text: str, lang: str | None, short_line_chars: int = 30,
+                 bad_words: frozenset[str] = frozenset(),
+                 counts: dict[str, int] | None = None):
+        self.text = text
+        self.lang = lang
+        self.short_line_chars = short_line_chars
+        self.bad_words = bad_words
+        if counts is not None:
+            self.counts = counts
+
+    @cached_property
+    def counts(self) -> dict[str, int]:
+        """:data:`~stages.heuristics.rules.BATCH_COUNTS` of this text (given
+        by the stage for a whole partition; computed here for a lone
+        document)."""
+        return batch_counts(pa.array([self.text], pa.string()))[0]
+
+    @cached_property
+    def raw_lines(self) -> list[str]:
+        """Non-blank lines as written (indentation kept), for line lengths
+        (any line break: LF, CRLF, CR, U+2028)."""
+        return [line for line in self.text.splitlines() if line and not line.isspace()]
+
+    @cached_property
+    def lines(self) -> list[str]:
+        """Non-blank lines, stripped."""
+        return list(map(str.strip, self.raw_lines))
+
+    @cached_property
+    def paragraphs(self) -> list[str]:
+        """Paragraphs (runs of non-blank lines; any line break, see
+        :data:`stages.text.PARAGRAPH_BREAK_RE`), stripped."""
+        return [p.strip() for p in PARAGRAPH_BREAK_RE.split(self.text) if p.strip()]
+
+    @cached_property
+    def line_duplicates(self) -> tuple[float | None, float | None]:
+        """(share of lines, share of line characters) repeating an earlier line."""
+        return _duplicate_fractions(self.lines)
+
+    @cached_property
+    def paragraph_duplicates(self) -> tuple[float | None, float | None]:
+        """(share of paragraphs, share of paragraph characters) repeating one."""
+        return _duplicate_fractions(self.paragraphs)
+
+    @cached_property
+    def words(self) -> list[str]:
+        """``stages.text.words(text, lang)``."""
+        return words_fast(self.text, self.lang)
+
+    @cached_property
+    def word_chars(self) -> int:
+        """Characters in all words."""
+        return sum(map(len, self.words))
+
+    @cached_property
+    def ngram_stats(self) -> dict[str, float | None]:
+        """Gopher's word n-gram repetition values, all from one pass over n.
+
+        ``top_{n}gram_char_share`` (n = 2, 3, 4): characters covered by the
+        most frequent n-gram, ``count(top) * chars(top) / word_chars``; among
+        n-grams with the top count the longest is taken. An n-gram seen once
+        is no repetition: 0.0 (datatrove counts it, which drops every short
+        document).
+
+        ``duplicate_{n}gram_char_share`` (n = 5..10): characters of the words
+        covered by any occurrence of an n-gram that occurs more than once,
+        each word counted once where such n-grams overlap (Gopher's wording,
+        Rae et al. 2021 A.1.1), over ``word_chars``.
+
+        Every value is None with fewer than ``n`` words (or no word
+        characters). n-grams are numbered exactly, no hashing: an n-gram's id
+        is the dense id of (id of its (n-1)-gram prefix, id of its last
+        word). When no n-gram of size n repeats, none longer does, so the loop
+        stops there. Short documents use Python dicts, long ones Arrow's hash
+        dictionary encoding (same ids; measured crossover ~300 words).
+        """
+        return ngram_stats_batch([self.words])[0]
+
+
+def _duplicate_fractions(items: list[str]) -> tuple[float | None, float | None]:
+    """(share of ``items`` repeating an earlier one, share of their
+    characters in such repeats); None for no items (no characters)."""
+    total = sum(map(len, items))
+    unique = set(items)
+    return (ratio(len(items) - len(unique), len(items)),
+            ratio(total - sum(map(len, unique)), total))
