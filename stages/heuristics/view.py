@@ -19,7 +19,7 @@ import pyarrow as pa
 from stages.heuristics.family import ratio
 from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.rules import batch_counts
-from stages.text import PARAGRAPH_BREAK_RE, words_fast
+from stages.text import PARAGRAPH_BREAK_RE, words
 
 
 class Document:
@@ -79,7 +79,7 @@ class Document:
     @cached_property
     def words(self) -> list[str]:
         """``stages.text.words(text, lang)``."""
-        return words_fast(self.text, self.lang)
+        return words(self.text, self.lang)
 
     @cached_property
     def word_chars(self) -> int:

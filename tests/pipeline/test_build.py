@@ -11,9 +11,9 @@ import yaml
 
 from pipeline import layout
 from pipeline.build import build
-from stages.text import words_fast
+from stages.text import words
 
-# Sixteen distinct English sentences of 7..27 words (stages.text.words_fast):
+# Sixteen distinct English sentences of 7..27 words (stages.text.words):
 # every one passes langid (en) and the shipped heuristics.
 DOCS = [
     "Rivers carry melted snow toward distant oceans.",
@@ -91,7 +91,7 @@ def test_a_preset_change_between_a_crash_and_its_resume_reruns_heuristics_and_af
     assert {p.name: p.stat().st_mtime_ns for p in (work / "langid").glob("part-*.parquet")} == langid_layers
 
     m = resumed.manifest
-    short = [i for i, t in enumerate(DOCS) if len(words_fast(t, "en")) < 12]
+    short = [i for i, t in enumerate(DOCS) if len(words(t, "en")) < 12]
     assert short == [0, 1, 2, 3, 4]
     assert m["stages"]["heuristics"]["totals"]["dropped"] == {"heuristics.min_words": 5}
     assert m["accounting"]["kept"] == 11 and m["accounting"]["dropped_by_reason"] == {"heuristics.min_words": 5}
