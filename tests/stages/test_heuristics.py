@@ -503,4 +503,4 @@ def test_a_value_defined_by_two_families_is_refused():
 def test_no_module_of_the_package_is_over_400_lines():
     package = Path(H.__file__).parent
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in package.glob("*.py")}
-    assert len(sizes) == 13 and max(sizes.values()) <= 400, sizes
+    assert {"stage.py", "rules.py", "view.py", "presets.py"} <= set(sizes) and max(sizes.values()) <= 400, sizes
