@@ -17,7 +17,10 @@ module; ``"pipeline.build:ingest_phase"``: one top-level definition):
   (lookups by name). A module root takes every statement of the module; an
   imported name takes only the definitions it reaches, so a stage that
   imports ``stages.packing.id_hash`` does not re-run when the packer
-  changes. Each statement counts as its syntax tree (``ast.dump``, no line
+  changes. A package root (``"stages.dedup"``: its ``__init__.py``) takes
+  every statement of ``__init__.py`` and also follows every name it imports
+  (a package's ``__init__`` is mostly its exports), so a stage that is a
+  package is covered by its submodules. Each statement counts as its syntax tree (``ast.dump``, no line
   numbers) with docstrings removed: comments, docstrings and layout do not
   change a digest, any change to code does. Statements that run on import
   and bind no name (calls, ``if``/``try`` blocks) are taken whenever their
@@ -271,6 +274,10 @@ class _Closure:
             if attr is None:                            # the whole module
                 for index in range(len(mod.statements)):
                     self._take(mod, index)
+                if mod.package == mod.name:             # a package's __init__: what it imports is what it is
+                    for targets in mod.imports.values():
+                        for target in targets:
+                            self.add(*target)
             elif attr in mod.bindings:
                 for index in mod.bindings[attr]:
                     self._take(mod, index)

@@ -129,6 +129,48 @@ def test_a_definition_root_takes_only_what_it_reaches(tmp_path):
     assert code_digest(["pkg.c:helper"], root=root).digest == before
 
 
+SUB_INIT = '''"""A subpackage whose __init__ only re-exports."""
+from pkg.sub.impl import LIMIT, run  # noqa: F401
+from pkg.sub import other  # noqa: F401
+
+__all__ = ["LIMIT", "run", "other"]
+'''
+
+SUB_IMPL = '''from pkg.c import helper
+
+LIMIT = 5
+
+
+def run(x):
+    return helper(x) + LIMIT
+
+
+def unused():
+    return 0
+'''
+
+
+def test_a_package_root_follows_what_its_init_imports(tmp_path):
+    root = _project(tmp_path / "p")
+    (root / "pkg" / "sub").mkdir()
+    (root / "pkg" / "sub" / "__init__.py").write_text(SUB_INIT)
+    (root / "pkg" / "sub" / "impl.py").write_text(SUB_IMPL)
+    (root / "pkg" / "sub" / "other.py").write_text("def f():\n    return 1\n")
+    d = code_digest(["pkg.sub"], root=root)
+    assert sorted(d.sources) == ["pkg/c.py", "pkg/sub/__init__.py", "pkg/sub/impl.py", "pkg/sub/other.py"]
+    # a re-exported name takes its definition and what it reaches; a submodule is taken whole
+    assert d.definitions == {"pkg/c.py": ["LIMIT", "helper", "words"], "pkg/sub/impl.py": ["LIMIT", "run"]}
+    before = d.digest
+    impl = root / "pkg" / "sub" / "impl.py"
+    impl.write_text(SUB_IMPL.replace("return 0", "return 7"))          # unreached: same digest
+    assert code_digest(["pkg.sub"], root=root).digest == before
+    impl.write_text(SUB_IMPL.replace("+ LIMIT", "- LIMIT"))             # reached through the export
+    assert code_digest(["pkg.sub"], root=root).digest != before
+    # a plain module root still follows only the imported names it uses
+    (root / "pkg" / "d.py").write_text("from pkg.c import unrelated  # noqa: F401\n\nX = 1\n")
+    assert sorted(code_digest(["pkg.d"], root=root).sources) == ["pkg/d.py"]
+
+
 def test_bad_roots_are_named(tmp_path):
     root = _project(tmp_path / "p")
     with pytest.raises(ValueError, match="no project module 'pkg.nope'"):
