@@ -97,12 +97,12 @@ def peak_rss_mb() -> float:
 
 
 class PhaseTimer:
-    """Wraps the phase functions of stages.dedup_phases and
-    stages.dedup_cluster with CPU timers."""
+    """Wraps the phase functions of stages.dedup.phases and
+    stages.dedup.cluster with CPU timers."""
 
-    NAMES = {"dedup_phases": ("document_keys", "check_unique_ids", "partition_signatures", "band_group_edges",
+    NAMES = {"dedup.phases": ("document_keys", "check_unique_ids", "partition_signatures", "band_group_edges",
                               "distinct_candidates", "partition_lines", "duplicate_lines"),
-             "dedup_cluster": ("exact_group", "connected_components", "component_members", "component_keepers",
+             "dedup.cluster": ("exact_group", "connected_components", "component_members", "component_keepers",
                                "final_records", "partition_removed")}
 
     def __init__(self):
@@ -177,7 +177,7 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def _true_jaccard(a: str, b: str, lang: str, cfg: dict) -> float:
-    from stages import dedup_minhash as mh
+    from stages.dedup import minhash as mh
 
     def shingles(text: str) -> set[int]:
         normalized = mh.near_normalize(mh.exact_normalize(text))

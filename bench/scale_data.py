@@ -188,7 +188,7 @@ def _pipeline_jaccard() -> Callable[[str, str, str | None], float] | None:
     or character shingles by language, 5-grams), or None when
     ``stages.dedup_minhash`` cannot be imported."""
     try:
-        from stages import dedup_minhash as dm
+        from stages.dedup import minhash as dm
     except Exception:  # noqa: BLE001 - the pipeline is optional for this measurement
         return None
 

@@ -14,7 +14,8 @@ import pydantic
 import pytest
 from datasketch import MinHash
 
-from stages import dedup, dedup_phases
+from stages import dedup
+from stages.dedup import phases as dedup_phases
 from stages.base import Partitions, StageContext
 from stages.dedup import Config, DedupStage
 
@@ -461,7 +462,7 @@ def test_batch_normalization_equals_single_document():
 
 @pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
 def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, survivors):
-    from stages.dedup_phases import document_shingle_sets, exact_jaccard
+    from stages.dedup.phases import document_shingle_sets, exact_jaccard
 
     words = [f"word{i}" for i in range(40)]
     a = " ".join(words)

@@ -11,7 +11,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components as scipy_components
 
 from common.spill import read_bucket
-from stages import dedup_cluster as cl
+from stages.dedup import cluster as cl
 
 
 def _serial(fn, items):

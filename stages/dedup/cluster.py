@@ -293,7 +293,7 @@ def component_keepers(task: dict[str, Any]) -> dict[str, Any]:
         ``{"components", "members", "sizes": {documents: components}}``
         (documents: members plus their exact duplicates).
     """
-    from stages.dedup_phases import load_signatures
+    from stages.dedup.phases import load_signatures
 
     table = read_bucket([Path(f) for f in task["files"]], task["group"], schema=COMPONENT_MEMBERS)
     out = Path(task["out"])

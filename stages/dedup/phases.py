@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from common.spill import read_bucket, write_buckets
-from stages import dedup_minhash as mh
+from stages.dedup import minhash as mh
 from stages.base import read_kept, view_columns
 
 REASON_EXACT = "dedup.exact_duplicate"
@@ -180,7 +180,7 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     id_hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids.to_pylist()),
                             np.uint64, n)
     write_spill(pa.table({"id": ids}), id_hashes, item["id_groups"], spill / "ids", partition)
-    from stages.dedup_cluster import node_group
+    from stages.dedup.cluster import node_group
 
     k1, k2 = keeper_keys(table, cfg["keep"])
     g = _handles(partition, np.arange(n))
@@ -428,7 +428,7 @@ def band_group_edges(task: dict[str, Any]) -> dict[str, int]:
         in several groups).
     """
     pairs, edges, _ = _band_group_pairs(task)
-    from stages.dedup_cluster import node_group, write_edges
+    from stages.dedup.cluster import node_group, write_edges
 
     spill, name = Path(task["spill"]), f"band-{task['group']:05d}.parquet"
     write_edges(edges[:, 0], edges[:, 1], task["node_groups"], spill / "edges" / name)
@@ -555,7 +555,7 @@ def duplicate_lines(task: dict[str, Any]) -> int:
     Writes ``spill/line_removals/group-KKKKK.parquet`` (``id``, ``line``
     int32, ``g``) bucketed by partition. Returns the lines removed.
     """
-    from stages.dedup_cluster import partition_of
+    from stages.dedup.cluster import partition_of
 
     spill = Path(task["spill"])
     out = spill / "line_removals" / f"group-{task['group']:05d}.parquet"

@@ -46,9 +46,9 @@ import pyarrow.parquet as pq
 import pydantic
 
 from common.spill import forget
-from stages import dedup_phases as phases
+from stages.dedup import phases
 from stages.base import Partitions, Stage, StageConfig, with_decision
-from stages.dedup_minhash import (  # noqa: F401
+from stages.dedup.minhash import (  # noqa: F401
     BAND_HASH_NAME,
     SHINGLE_HASH_NAME,
     band_keys,
@@ -69,7 +69,7 @@ from stages.dedup_minhash import (  # noqa: F401
     shingle_tokens,
     uses_char_shingles,
 )
-from stages.dedup_phases import REASON_EXACT, REASON_NEAR, document_signatures  # noqa: F401
+from stages.dedup.phases import REASON_EXACT, REASON_NEAR, document_signatures  # noqa: F401
 
 REASON_LINES = "dedup.duplicate_lines"
 REMOVED_DIR = "removed"
@@ -221,7 +221,7 @@ class DedupStage(Stage):
             ValueError: when a document id occurs twice, or ``keep:
                 lowest_perplexity`` without perplexity values.
         """
-        from stages import dedup_cluster as cl
+        from stages.dedup import cluster as cl
 
         config: Config = self.config
         cfg = config.model_dump()
