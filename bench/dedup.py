@@ -97,13 +97,14 @@ def peak_rss_mb() -> float:
 
 
 class PhaseTimer:
-    """Wraps the phase functions of stages.dedup.phases and
-    stages.dedup.cluster with CPU timers."""
+    """Wraps the phase functions of the stages.dedup modules with CPU timers."""
 
-    NAMES = {"dedup.phases": ("document_keys", "check_unique_ids", "partition_signatures", "band_group_edges",
-                              "distinct_candidates", "partition_lines", "duplicate_lines"),
-             "dedup.cluster": ("exact_group", "connected_components", "component_members", "component_keepers",
-                               "final_records", "partition_removed")}
+    NAMES = {"dedup.exact": ("document_keys", "check_unique_ids", "exact_group"),
+             "dedup.signatures": ("partition_signatures",),
+             "dedup.lsh": ("band_group_edges", "distinct_candidates"),
+             "dedup.components": ("connected_components",),
+             "dedup.cluster": ("component_members", "component_keepers", "final_records", "partition_removed"),
+             "dedup.lines": ("partition_lines", "duplicate_lines")}
 
     def __init__(self):
         import importlib
@@ -177,14 +178,14 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def _true_jaccard(a: str, b: str, lang: str, cfg: dict) -> float:
-    from stages.dedup import minhash as mh
+    from stages.dedup import minhash, normalize
 
     def shingles(text: str) -> set[int]:
-        normalized = mh.near_normalize(mh.exact_normalize(text))
-        chars = mh.uses_char_shingles(normalized, lang)
-        if chars and lang not in mh.NO_FOLD_LANGS:
-            normalized = mh.fold_script([normalized], cfg["fold_chinese_script"])[0]
-        return set(mh.shingle_hashes(normalized, chars, cfg["ngram_words"], cfg["ngram_chars"]).tolist())
+        normalized = normalize.near_normalize(normalize.exact_normalize(text))
+        chars = normalize.uses_char_shingles(normalized, lang)
+        if chars and lang not in normalize.NO_FOLD_LANGS:
+            normalized = normalize.fold_script([normalized], cfg["fold_chinese_script"])[0]
+        return set(minhash.shingle_hashes(normalized, chars, cfg["ngram_words"], cfg["ngram_chars"]).tolist())
 
     sa, sb = shingles(a), shingles(b)
     return len(sa & sb) / len(sa | sb) if sa | sb else 1.0

@@ -202,3 +202,35 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert "mindspore" in assemble.libraries
     # the tokenizer stage reaches only the packer's id hash, not the packer
     assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
+
+
+DEDUP_MODULES = ["stages/dedup/__init__.py", "stages/dedup/cluster.py", "stages/dedup/components.py",
+                 "stages/dedup/config.py", "stages/dedup/exact.py", "stages/dedup/exchange.py",
+                 "stages/dedup/keepers.py", "stages/dedup/lines.py", "stages/dedup/lsh.py",
+                 "stages/dedup/minhash.py", "stages/dedup/normalize.py", "stages/dedup/signatures.py",
+                 "stages/dedup/stage.py"]
+
+
+def test_the_dedup_stage_digest_covers_every_module_of_its_package(tmp_path):
+    from pipeline.build import STAGE_CODE, stage_code_digest
+    from stages import STAGES
+
+    assert STAGES["dedup"].split(":")[0] == "stages.dedup"          # the root is the package
+    dedup = stage_code_digest("dedup")
+    assert sorted(dedup.sources) == sorted(["common/errors.py", "common/spill.py", "pipeline/executor.py",
+                                            "stages/__init__.py", "stages/base.py", "stages/text.py",
+                                            *DEDUP_MODULES])
+    # what the package's __init__ re-exports reaches only what it needs of the pure helpers
+    assert sorted(p for p in dedup.definitions if p.startswith("stages/dedup/")) == [
+        "stages/dedup/minhash.py", "stages/dedup/normalize.py"]
+    assert {"datasketch", "OpenCC", "xxhash", "pyarrow", "pydantic"} <= set(dedup.libraries)
+    # a change in a submodule (the LSH bucket cut-off) re-runs dedup
+    root = tmp_path / "repo"
+    for package in ("common", "pipeline", "stages"):
+        shutil.copytree(Path(__file__).resolve().parents[2] / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    roots = ("stages.dedup", *STAGE_CODE)
+    assert code_digest(roots, root=root).digest == dedup.digest
+    lsh = root / "stages" / "dedup" / "lsh.py"
+    lsh.write_text(lsh.read_text().replace("ALL_PAIRS_MAX_BUCKET = 64", "ALL_PAIRS_MAX_BUCKET = 65"))
+    assert code_digest(roots, root=root).digest != dedup.digest

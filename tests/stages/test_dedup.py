@@ -1,4 +1,4 @@
-"""Tests for stages/dedup.py: exact + MinHash-LSH near-duplicate removal."""
+"""Tests for stages/dedup/: exact + MinHash-LSH near-duplicate removal."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from datasketch import MinHash
 
 from stages import dedup
-from stages.dedup import phases as dedup_phases
+from stages.dedup import exchange, lsh
 from stages.base import Partitions, StageContext
 from stages.dedup import Config, DedupStage
 
@@ -408,7 +408,7 @@ def test_many_spill_groups_give_the_same_result(tmp_path, monkeypatch):
     for name, per_group in (("ID_RECORDS_PER_GROUP", 4), ("EXACT_RECORDS_PER_GROUP", 3),
                             ("BAND_RECORDS_PER_GROUP", 40), ("LINE_RECORDS_PER_GROUP", 4),
                             ("NODE_RECORDS_PER_GROUP", 2)):
-        monkeypatch.setattr(dedup_phases, name, per_group)
+        monkeypatch.setattr(exchange, name, per_group)
     facts_many, out_many = _run(tmp_path / "many", _mixed_rows(), **config)
     assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1, "nodes": 1}
     assert facts_many["spill_groups"]["nodes"] == 8  # 15 documents, 2 per node group
@@ -428,7 +428,7 @@ def test_bucket_pairs_all_pairs_small_star_and_chain_large():
     large = np.arange(100, 170)  # 70 members > ALL_PAIRS_MAX_BUCKET
     handles = np.concatenate([small, large, [1000]])
     starts = np.array([0, 3, 73, 74])
-    pairs = dedup_phases.bucket_pairs(handles, starts)
+    pairs = lsh.bucket_pairs(handles, starts)
     as_set = {tuple(p) for p in pairs.tolist()}
     assert {(5, 7), (5, 9), (7, 9)} <= as_set
     assert len(pairs) == 3 + (69 + 68)  # star to the first + chain of successors
@@ -462,7 +462,7 @@ def test_batch_normalization_equals_single_document():
 
 @pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
 def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, survivors):
-    from stages.dedup.phases import document_shingle_sets, exact_jaccard
+    from stages.dedup.signatures import document_shingle_sets, exact_jaccard
 
     words = [f"word{i}" for i in range(40)]
     a = " ".join(words)
