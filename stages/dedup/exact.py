@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,9 @@ from stages.base import read_kept
 from stages.dedup.exchange import document_handles, node_group, partition_of, read_spill, write_spill
 from stages.dedup.keepers import keeper_columns, keeper_keys
 from stages.dedup.normalize import exact_normalize
+
+if TYPE_CHECKING:
+    from stages.dedup.config import Config
 
 REASON_EXACT = "dedup.exact_duplicate"
 EXACT_HASH_NAME = "blake2b-128(nfkc+casefold+collapse_whitespace)"
@@ -43,7 +46,8 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     and, when exact dedup is on, the exact-dedup records.
 
     Args:
-        item: ``path``, ``partition`` (int), ``cfg`` (``Config.model_dump()``),
+        item: ``path``, ``partition`` (int), ``config`` (the stage's
+            :class:`~stages.dedup.config.Config`: ``keep``, ``exact``),
             ``spill`` (directory), ``id_groups``, ``exact_groups``,
             ``node_groups`` (the keeper keys of every document go to
             ``spill/nodes`` by node group, for the clustering steps).
@@ -52,8 +56,9 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
         ``{"documents": kept rows, "chars": their characters, "lines": their
         lines (``"\\n"`` count + 1)}``.
     """
-    path, partition, cfg, spill = item["path"], item["partition"], item["cfg"], Path(item["spill"])
-    table = read_kept(path, keeper_columns(path, cfg["keep"]))
+    path, partition, spill = item["path"], item["partition"], Path(item["spill"])
+    config: Config = item["config"]
+    table = read_kept(path, keeper_columns(path, config.keep))
     n = table.num_rows
     ids = table["id"]
     import xxhash
@@ -61,11 +66,11 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     id_hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids.to_pylist()),
                             np.uint64, n)
     write_spill(pa.table({"id": ids}), id_hashes, item["id_groups"], spill / "ids", partition)
-    k1, k2 = keeper_keys(table, cfg["keep"])
+    k1, k2 = keeper_keys(table, config.keep)
     g = document_handles(partition, np.arange(n))
     write_buckets(pa.table({"g": pa.array(g, pa.int64()), "k1": k1, "k2": k2, "id": ids}),
                   node_group(g, item["node_groups"]), spill / "nodes" / f"part-{partition:05d}.parquet")
-    if cfg["exact"]:
+    if config.exact:
         digests = b"".join(hashlib.blake2b(exact_normalize(t or "").encode("utf-8"), digest_size=16).digest()
                            for t in table["text"].to_pylist())
         d = np.frombuffer(digests, "<u8").reshape(n, 2) if n else np.zeros((0, 2), np.uint64)

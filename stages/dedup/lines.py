@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,9 @@ from stages.dedup.exchange import (document_handles, partition_of, read_spill, s
                                    write_spill)
 from stages.dedup.keepers import keeper_columns, keeper_keys
 from stages.dedup.normalize import exact_normalize, near_normalize
+
+if TYPE_CHECKING:
+    from stages.dedup.config import Config
 
 REASON_LINES = "dedup.duplicate_lines"
 LINE_HASH_NAME = "xxh3_64(nfkc+casefold+no_punctuation+digits_to_0)"
@@ -98,19 +101,21 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
     (``langid_lang``, else ``lang_hint``) is not in ``line_skip_languages``.
 
     Args:
-        item: ``path``, ``partition``, ``cfg``, ``spill``, ``line_groups``,
+        item: ``path``, ``partition``, ``config`` (:class:`~stages.dedup.config.Config`:
+            ``keep``, ``line_skip_languages``, ``line_min_chars``), ``spill``, ``line_groups``,
             ``skip_files`` (the final cluster records, by partition: members
             with a reason were removed as duplicates and take no part).
 
     Returns:
         ``{"lines": lines spilled, "documents": documents that took part}``.
     """
-    path, partition, cfg = item["path"], item["partition"], item["cfg"]
-    table = read_kept(path, keeper_columns(path, cfg["keep"]))
+    path, partition = item["path"], item["partition"]
+    config: Config = item["config"]
+    table = read_kept(path, keeper_columns(path, config.keep))
     n = table.num_rows
     rows = np.setdiff1d(np.arange(n), skip_rows(item["skip_files"], partition, removed_only=True))
-    k1, k2 = keeper_keys(table, cfg["keep"])
-    skip_langs = set(cfg["line_skip_languages"])
+    k1, k2 = keeper_keys(table, config.keep)
+    skip_langs = set(config.line_skip_languages)
     langs = table["langid_lang"].to_pylist() if "langid_lang" in table.column_names else [None] * n
     hints = table["lang_hint"].to_pylist() if "lang_hint" in table.column_names else [None] * n
     texts, ids = table["text"].to_pylist(), table["id"]
@@ -119,7 +124,7 @@ def partition_lines(item: dict[str, Any]) -> dict[str, int]:
     for r in rows.tolist():
         if (langs[r] or hints[r]) in skip_langs or hints[r] in skip_langs:
             continue
-        h, lines = line_hashes(texts[r] or "", cfg["line_min_chars"])
+        h, lines = line_hashes(texts[r] or "", config.line_min_chars)
         if len(h):
             documents += 1
             hashes.append(h)

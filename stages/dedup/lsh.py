@@ -14,7 +14,7 @@ candidate is an edge when it reaches ``jaccard_threshold``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,9 @@ from stages.base import read_kept, view_columns
 from stages.dedup.components import write_edges
 from stages.dedup.exchange import HANDLE_SHIFT, node_group, read_spill
 from stages.dedup.signatures import document_shingle_sets, exact_jaccard, load_signatures
+
+if TYPE_CHECKING:
+    from stages.dedup.config import Config
 
 # Buckets up to this many documents give all k(k-1)/2 candidate pairs; a larger
 # bucket gives each member paired with the bucket's first member and with its
@@ -97,7 +100,9 @@ def band_group_edges(task: dict[str, Any]) -> dict[str, int]:
 
     Args:
         task: ``spill`` (spill dir), ``group`` (index), ``signatures`` (dir),
-            ``cfg`` (the dedup config as a dict), ``paths`` (the partitions),
+            ``config`` (:class:`~stages.dedup.config.Config`: ``num_bands``,
+            ``rows_per_band``, ``jaccard_threshold``, ``verify``, shingling),
+            ``paths`` (the partitions),
             ``node_groups``, ``candidate_groups``.
 
     Writes:
@@ -131,9 +136,9 @@ def distinct_candidates(task: dict[str, Any]) -> int:
 def _band_group_pairs(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(candidate pairs int64[C, 2], edges int64[E, 2], similarity float64[E])
     of one band spill group (see :func:`band_group_edges`)."""
-    cfg = task["cfg"]
-    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    needed = int(np.ceil(cfg["jaccard_threshold"] * num_perm - 1e-9))
+    config: Config = task["config"]
+    num_perm = config.num_perm
+    needed = int(np.ceil(config.jaccard_threshold * num_perm - 1e-9))
     empty = (np.empty((0, 2), np.int64), np.empty((0, 2), np.int64), np.empty(0, np.int64))
     table = read_spill(Path(task["spill"]) / "bands", task["group"])
     if table is None:
@@ -154,12 +159,12 @@ def _band_group_pairs(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.
     agree = np.concatenate([np.count_nonzero(signatures[a[s:s + _VERIFY_CHUNK]] ==
                                              signatures[b[s:s + _VERIFY_CHUNK]], axis=1)
                             for s in range(0, len(pairs), _VERIFY_CHUNK)])
-    if cfg.get("verify", "signature") == "exact":
+    if config.verify == "exact":
         rows = _document_rows(task["paths"], nodes, ["text", "langid_lang"])  # handle order = nodes
         langs = rows["langid_lang"].to_pylist() if "langid_lang" in rows.column_names else [None] * rows.num_rows
-        sets = document_shingle_sets(rows["text"].to_pylist(), langs, cfg)
+        sets = document_shingle_sets(rows["text"].to_pylist(), langs, config)
         similarity = np.array([exact_jaccard(sets[i], sets[j]) for i, j in zip(a, b)], np.float64)
-        passed = similarity >= cfg["jaccard_threshold"]
+        passed = similarity >= config.jaccard_threshold
     else:
         similarity = agree / num_perm
         passed = agree >= needed

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,14 +25,17 @@ from stages.dedup.keepers import keeper_columns
 from stages.dedup.minhash import band_keys, minhash_signatures, ngram_hashes, shingle_hashes, shingle_tokens
 from stages.dedup.normalize import NO_FOLD_LANGS, fold_script, near_normalize_batch, uses_char_shingles
 
+if TYPE_CHECKING:
+    from stages.dedup.config import Config
 
-def _shingle_texts(texts: list[str], langs: list[str | None], cfg: dict[str, Any]
+
+def _shingle_texts(texts: list[str], langs: list[str | None], config: Config
                    ) -> tuple[list[str], np.ndarray]:
     """Near-normalized (and, for CJK, script-folded) texts and whether each
     uses character shingles: exactly what signatures are computed from."""
     normalized = near_normalize_batch(texts)
     char_mode = np.array([uses_char_shingles(t, lang) for t, lang in zip(normalized, langs)], bool)
-    fold = cfg.get("fold_chinese_script", "none")
+    fold = config.fold_chinese_script
     if fold != "none":
         foldable = [i for i in np.flatnonzero(char_mode) if langs[i] not in NO_FOLD_LANGS]
         for i, t in zip(foldable, fold_script([normalized[i] for i in foldable], fold)):
@@ -40,12 +43,12 @@ def _shingle_texts(texts: list[str], langs: list[str | None], cfg: dict[str, Any
     return normalized, char_mode
 
 
-def document_shingle_sets(texts: list[str], langs: list[str | None], cfg: dict[str, Any]) -> list[np.ndarray]:
+def document_shingle_sets(texts: list[str], langs: list[str | None], config: Config) -> list[np.ndarray]:
     """Each document's set of shingle hashes (sorted unique uint32), from the
     same normalization, folding and shingles as its MinHash signature; empty
     for a text that is empty after normalization."""
-    normalized, char_mode = _shingle_texts(texts, langs, cfg)
-    return [np.unique(shingle_hashes(t, bool(c), cfg["ngram_words"], cfg["ngram_chars"]))
+    normalized, char_mode = _shingle_texts(texts, langs, config)
+    return [np.unique(shingle_hashes(t, bool(c), config.ngram_words, config.ngram_chars))
             for t, c in zip(normalized, char_mode)]
 
 
@@ -56,21 +59,23 @@ def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / union if union else 0.0
 
 
-def document_signatures(texts: list[str], langs: list[str | None], cfg: dict[str, Any]
+def document_signatures(texts: list[str], langs: list[str | None], config: Config
                         ) -> tuple[np.ndarray, np.ndarray]:
     """MinHash signatures of documents (pure; the same in any process).
 
     Args:
         texts: D raw texts; langs: D ``langid_lang`` values (None = unknown).
-        cfg: ``Config.model_dump()`` (``ngram_words``, ``ngram_chars``,
-            ``num_bands``, ``rows_per_band``, ``seed``, ``fold_chinese_script``).
+        config: the stage's :class:`~stages.dedup.config.Config` (its
+            ``ngram_words``, ``ngram_chars``, ``num_bands``,
+            ``rows_per_band``, ``seed``, ``fold_chinese_script``: the model's
+            values, defaults included; a dict is not accepted).
 
     Returns:
         ``(positions int64[m], signatures uint32[m, num_perm])`` for the
         documents whose near-normalized text is not empty, in input order.
     """
-    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
-    normalized, char_mode = _shingle_texts(texts, langs, cfg)
+    num_perm = config.num_perm
+    normalized, char_mode = _shingle_texts(texts, langs, config)
     positions, signatures = [], []
     for char_shingles in (True, False):
         members = np.flatnonzero(char_mode == char_shingles)
@@ -81,9 +86,9 @@ def document_signatures(texts: list[str], langs: list[str | None], cfg: dict[str
         if not nonempty.any():
             continue
         hashes, offsets = ngram_hashes(tokens, lengths[nonempty],
-                                          cfg["ngram_chars"] if char_shingles else cfg["ngram_words"])
+                                          config.ngram_chars if char_shingles else config.ngram_words)
         positions.append(members[nonempty])
-        signatures.append(minhash_signatures(hashes, offsets, num_perm, cfg["seed"]))
+        signatures.append(minhash_signatures(hashes, offsets, num_perm, config.seed))
     if not positions:
         return np.empty(0, np.int64), np.empty((0, num_perm), np.uint32)
     positions_all = np.concatenate(positions)
@@ -96,7 +101,8 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
     exact duplicate, store the signatures, spill the LSH band records.
 
     Args:
-        item: ``path``, ``partition``, ``cfg``, ``spill``, ``band_groups``,
+        item: ``path``, ``partition``, ``config`` (:class:`~stages.dedup.config.Config`),
+            ``spill``, ``band_groups``,
             ``skip_files`` (the exact steps' ``skip`` spill: handles of the
             exact duplicates, by partition; they are not signed),
             ``signatures`` (directory).
@@ -109,16 +115,17 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
     Returns:
         ``{"signed": m, "empty": rows that were empty after normalization}``.
     """
-    path, partition, cfg = item["path"], item["partition"], item["cfg"]
-    table = read_kept(path, keeper_columns(path, cfg["keep"]))
+    path, partition = item["path"], item["partition"]
+    config: Config = item["config"]
+    table = read_kept(path, keeper_columns(path, config.keep))
     n = table.num_rows
     rows = np.setdiff1d(np.arange(n), skip_rows(item["skip_files"], partition))
     texts = table["text"].take(pa.array(rows)).to_pylist()
     langs = (table["langid_lang"].take(pa.array(rows)).to_pylist() if "langid_lang" in table.column_names
              else [None] * len(rows))
-    positions, signatures = document_signatures(texts, langs, cfg)
+    positions, signatures = document_signatures(texts, langs, config)
     signed = rows[positions]
-    num_perm = cfg["num_bands"] * cfg["rows_per_band"]
+    num_perm = config.num_perm
     dense = np.zeros((n, num_perm), np.uint32)
     dense[signed] = signatures
     out = Path(item["signatures"]) / f"part-{partition:05d}.npy"
@@ -127,10 +134,10 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
     with open(tmp, "wb") as fh:
         np.save(fh, dense)
     os.replace(tmp, out)
-    keys = band_keys(signatures, cfg["num_bands"], cfg["rows_per_band"])  # [m, bands]
+    keys = band_keys(signatures, config.num_bands, config.rows_per_band)  # [m, bands]
     m = len(signed)
-    records = pa.table({"band": np.tile(np.arange(cfg["num_bands"], dtype=np.uint16), m),
-                        "key": keys.ravel(), "g": np.repeat(document_handles(partition, signed), cfg["num_bands"])})
+    records = pa.table({"band": np.tile(np.arange(config.num_bands, dtype=np.uint16), m),
+                        "key": keys.ravel(), "g": np.repeat(document_handles(partition, signed), config.num_bands)})
     write_spill(records, keys.ravel(), item["band_groups"], Path(item["spill"]) / "bands", partition)
     return {"signed": m, "empty": len(rows) - m}
 

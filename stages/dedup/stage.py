@@ -94,8 +94,6 @@ class DedupStage(Stage):
                 lowest_perplexity`` without perplexity values.
         """
         config: Config = self.config
-        cfg = config.model_dump()
-        cfg["line_skip_languages"] = list(cfg["line_skip_languages"])
         work_dir = Path(self.ctx.work_dir)
         spill, signature_dir = work_dir / "spill", work_dir / "signatures"
         for stale in (spill, signature_dir, work_dir / LINES_DIR, work_dir / REMOVED_DIR):
@@ -108,7 +106,7 @@ class DedupStage(Stage):
                   "exact": exchange.spill_groups(upper, exchange.EXACT_RECORDS_PER_GROUP),
                   "bands": exchange.spill_groups(upper * config.num_bands, exchange.BAND_RECORDS_PER_GROUP),
                   "nodes": exchange.spill_groups(upper, exchange.NODE_RECORDS_PER_GROUP)}
-        base = {"cfg": cfg, "spill": str(spill)}
+        base = {"config": config, "spill": str(spill)}  # the frozen model itself: one set of defaults
         keys = run(exact.document_keys, [
             {**base, "path": p, "partition": i, "id_groups": groups["ids"], "exact_groups": groups["exact"],
              "node_groups": groups["nodes"]} for i, p in enumerate(paths)])
@@ -119,7 +117,7 @@ class DedupStage(Stage):
         exact_out = spill / "exact_groups"
         exact_groups = run(exact.exact_group, [
             {"files": exact_files, "group": k, "node_groups": groups["nodes"], "out": str(exact_out)}
-            for k in range(groups["exact"] if cfg["exact"] else 0)])
+            for k in range(groups["exact"] if config.exact else 0)])
         n_exact = sum(e["duplicates"] for e in exact_groups)
         kinds = {kind: [str(f) for f in exchange.spill_files(exact_out / kind)]
                  for kind in ("skip", "members", "counts")}
