@@ -97,13 +97,14 @@ def peak_rss_mb() -> float:
 
 
 class PhaseTimer:
-    """Wraps the phase functions of stages.dedup_phases and
-    stages.dedup_cluster with CPU timers."""
+    """Wraps the phase functions of the stages.dedup modules with CPU timers."""
 
-    NAMES = {"dedup_phases": ("document_keys", "check_unique_ids", "partition_signatures", "band_group_edges",
-                              "distinct_candidates", "partition_lines", "duplicate_lines"),
-             "dedup_cluster": ("exact_group", "connected_components", "component_members", "component_keepers",
-                               "final_records", "partition_removed")}
+    NAMES = {"dedup.exact": ("document_keys", "check_unique_ids", "exact_group"),
+             "dedup.signatures": ("partition_signatures",),
+             "dedup.lsh": ("band_group_edges", "distinct_candidates"),
+             "dedup.components": ("connected_components",),
+             "dedup.cluster": ("component_members", "component_keepers", "final_records", "partition_removed"),
+             "dedup.lines": ("partition_lines", "duplicate_lines")}
 
     def __init__(self):
         import importlib
@@ -176,15 +177,15 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 # ----------------------------------------------------------------------------- quality
 
 
-def _true_jaccard(a: str, b: str, lang: str, cfg: dict) -> float:
-    from stages import dedup_minhash as mh
+def _true_jaccard(a: str, b: str, lang: str, config) -> float:
+    from stages.dedup import minhash, normalize
 
     def shingles(text: str) -> set[int]:
-        normalized = mh.near_normalize(mh.exact_normalize(text))
-        chars = mh.uses_char_shingles(normalized, lang)
-        if chars and lang not in mh.NO_FOLD_LANGS:
-            normalized = mh.fold_script([normalized], cfg["fold_chinese_script"])[0]
-        return set(mh.shingle_hashes(normalized, chars, cfg["ngram_words"], cfg["ngram_chars"]).tolist())
+        normalized = normalize.near_normalize(normalize.exact_normalize(text))
+        chars = normalize.uses_char_shingles(normalized, lang)
+        if chars and lang not in normalize.NO_FOLD_LANGS:
+            normalized = normalize.fold_script([normalized], config.fold_chinese_script)[0]
+        return set(minhash.shingle_hashes(normalized, chars, config.ngram_words, config.ngram_chars).tolist())
 
     sa, sb = shingles(a), shingles(b)
     return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
@@ -216,7 +217,7 @@ def quality(corpus: Path, work: Path, per_language: int = 600, seed: int = 7) ->
     """Pairs at known Jaccard levels from corpus text; precision, recall, F1 per band."""
     from stages.dedup import Config
 
-    cfg = Config().model_dump()
+    config = Config()
     rng = random.Random(seed)
     rows = read_corpus(corpus)
     bases = {
@@ -231,7 +232,7 @@ def quality(corpus: Path, work: Path, per_language: int = 600, seed: int = 7) ->
             pool = [c for r in rng.sample(cands, 50) for c in r["text"] if "\u4e00" <= c <= "\u9fff"]
         else:
             pool = [w for r in rng.sample(cands, 50) for w in r["text"].split(" ") if w.isalpha()]
-        n = cfg["ngram_chars"] if lang == "zh" else cfg["ngram_words"]
+        n = config.ngram_chars if lang == "zh" else config.ngram_words
         for i, r in enumerate(chosen):
             target = TARGETS[i % len(TARGETS)]
             copy = _edit(r["text"], target, lang, n, pool, rng)
@@ -239,12 +240,12 @@ def quality(corpus: Path, work: Path, per_language: int = 600, seed: int = 7) ->
             docs += [{"id": a, "source": lang, "text": r["text"], "lang": lang},
                      {"id": b, "source": lang, "text": copy, "lang": lang}]
             pairs.append({"lang": lang, "a": a, "b": b, "target": target,
-                          "jaccard": _true_jaccard(r["text"], copy, lang, cfg)})
+                          "jaccard": _true_jaccard(r["text"], copy, lang, config)})
     paths = write_partitions(docs, work / "parts", per_partition=500)
     _, out, _ = run_dedup(paths, work / "fit")
     cluster = dict(zip(out["id"].to_pylist(), out["dedup_cluster"].to_pylist()))
     members = Counter(c for c in cluster.values() if c is not None)
-    threshold = cfg["jaccard_threshold"]
+    threshold = config.jaccard_threshold
     result = {"threshold": threshold, "pairs": len(pairs), "bands": [], "cross_merged_documents": 0}
     cross = 0
     for p in pairs:

@@ -186,9 +186,9 @@ def jaccard(a: set, b: set) -> float:
 def _pipeline_jaccard() -> Callable[[str, str, str | None], float] | None:
     """The dedup stage's own exact shingle Jaccard (its normalization, word
     or character shingles by language, 5-grams), or None when
-    ``stages.dedup_minhash`` cannot be imported."""
+    ``stages.dedup`` cannot be imported."""
     try:
-        from stages import dedup_minhash as dm
+        from stages import dedup as dm
     except Exception:  # noqa: BLE001 - the pipeline is optional for this measurement
         return None
 

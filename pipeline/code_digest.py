@@ -16,7 +16,8 @@ module; ``"pipeline.build:ingest_phase"``: one top-level definition):
   string constants that name a top-level definition of the same module
   (lookups by name). A module root takes every statement of the module (a
   package's ``__init__.py`` also every name it imports: a package such as
-  ``stages.heuristics`` re-exports its submodules' names); an
+  ``stages.heuristics`` or ``stages.dedup`` re-exports its submodules'
+  names, so a stage that is a package is covered by its submodules); an
   imported name takes only the definitions it reaches, so a stage that
   imports ``stages.packing.id_hash`` does not re-run when the packer
   changes. Each statement counts as its syntax tree (``ast.dump``, no line

@@ -153,6 +153,48 @@ def test_a_package_root_follows_what_its_init_exports(tmp_path):
     assert code_digest(["pkg.rules"], root=root).digest == d.digest     # not reached
 
 
+SUB_INIT = '''"""A subpackage whose __init__ only re-exports."""
+from pkg.sub.impl import LIMIT, run  # noqa: F401
+from pkg.sub import other  # noqa: F401
+
+__all__ = ["LIMIT", "run", "other"]
+'''
+
+SUB_IMPL = '''from pkg.c import helper
+
+LIMIT = 5
+
+
+def run(x):
+    return helper(x) + LIMIT
+
+
+def unused():
+    return 0
+'''
+
+
+def test_a_package_root_follows_what_its_init_imports(tmp_path):
+    root = _project(tmp_path / "p")
+    (root / "pkg" / "sub").mkdir()
+    (root / "pkg" / "sub" / "__init__.py").write_text(SUB_INIT)
+    (root / "pkg" / "sub" / "impl.py").write_text(SUB_IMPL)
+    (root / "pkg" / "sub" / "other.py").write_text("def f():\n    return 1\n")
+    d = code_digest(["pkg.sub"], root=root)
+    assert sorted(d.sources) == ["pkg/c.py", "pkg/sub/__init__.py", "pkg/sub/impl.py", "pkg/sub/other.py"]
+    # a re-exported name takes its definition and what it reaches; a submodule is taken whole
+    assert d.definitions == {"pkg/c.py": ["LIMIT", "helper", "words"], "pkg/sub/impl.py": ["LIMIT", "run"]}
+    before = d.digest
+    impl = root / "pkg" / "sub" / "impl.py"
+    impl.write_text(SUB_IMPL.replace("return 0", "return 7"))          # unreached: same digest
+    assert code_digest(["pkg.sub"], root=root).digest == before
+    impl.write_text(SUB_IMPL.replace("+ LIMIT", "- LIMIT"))             # reached through the export
+    assert code_digest(["pkg.sub"], root=root).digest != before
+    # a plain module root still follows only the imported names it uses
+    (root / "pkg" / "d.py").write_text("from pkg.c import unrelated  # noqa: F401\n\nX = 1\n")
+    assert sorted(code_digest(["pkg.d"], root=root).sources) == ["pkg/d.py"]
+
+
 def test_bad_roots_are_named(tmp_path):
     root = _project(tmp_path / "p")
     with pytest.raises(ValueError, match="no project module 'pkg.nope'"):
@@ -192,3 +234,35 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert "mindspore" in assemble.libraries
     # the tokenizer stage reaches only the packer's id hash, not the packer
     assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
+
+
+DEDUP_MODULES = ["stages/dedup/__init__.py", "stages/dedup/cluster.py", "stages/dedup/components.py",
+                 "stages/dedup/config.py", "stages/dedup/exact.py", "stages/dedup/exchange.py",
+                 "stages/dedup/keepers.py", "stages/dedup/lines.py", "stages/dedup/lsh.py",
+                 "stages/dedup/minhash.py", "stages/dedup/normalize.py", "stages/dedup/signatures.py",
+                 "stages/dedup/stage.py"]
+
+
+def test_the_dedup_stage_digest_covers_every_module_of_its_package(tmp_path):
+    from pipeline.build import STAGE_CODE, stage_code_digest
+    from stages import STAGES
+
+    assert STAGES["dedup"].split(":")[0] == "stages.dedup"          # the root is the package
+    dedup = stage_code_digest("dedup")
+    assert sorted(dedup.sources) == sorted(["common/errors.py", "common/spill.py", "pipeline/executor.py",
+                                            "stages/__init__.py", "stages/base.py", "stages/text.py",
+                                            *DEDUP_MODULES])
+    # what the package's __init__ re-exports reaches only what it needs of the pure helpers
+    assert sorted(p for p in dedup.definitions if p.startswith("stages/dedup/")) == [
+        "stages/dedup/minhash.py", "stages/dedup/normalize.py"]
+    assert {"datasketch", "OpenCC", "xxhash", "pyarrow", "pydantic"} <= set(dedup.libraries)
+    # a change in a submodule (the LSH bucket cut-off) re-runs dedup
+    root = tmp_path / "repo"
+    for package in ("common", "pipeline", "stages"):
+        shutil.copytree(Path(__file__).resolve().parents[2] / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    roots = ("stages.dedup", *STAGE_CODE)
+    assert code_digest(roots, root=root).digest == dedup.digest
+    lsh = root / "stages" / "dedup" / "lsh.py"
+    lsh.write_text(lsh.read_text().replace("ALL_PAIRS_MAX_BUCKET = 64", "ALL_PAIRS_MAX_BUCKET = 65"))
+    assert code_digest(roots, root=root).digest != dedup.digest

@@ -1,8 +1,9 @@
-"""Tests for stages/dedup.py: exact + MinHash-LSH near-duplicate removal."""
+"""Tests for stages/dedup/: exact + MinHash-LSH near-duplicate removal."""
 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import random
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -14,7 +15,9 @@ import pydantic
 import pytest
 from datasketch import MinHash
 
-from stages import dedup, dedup_phases
+from stages import dedup
+from stages.dedup import exchange, lsh
+from stages.dedup.signatures import document_shingle_sets, exact_jaccard
 from stages.base import Partitions, StageContext
 from stages.dedup import Config, DedupStage
 
@@ -61,15 +64,18 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def _run(tmp_path: Path, partitions: list[list[dict]], **config) -> tuple[dict, pa.Table]:
-    """fit over the partitions, then process each; returns (facts, all output rows)."""
+def _run(tmp_path: Path, partitions: list[list[dict]], config: Config | None = None, mapper=None,
+         **fields) -> tuple[dict, pa.Table]:
+    """fit over the partitions (``config``, else ``Config(**fields)``; ``mapper``
+    default: serial), then process each; returns (facts, all output rows)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     paths = [_write(tmp_path / f"part-{i:05d}.parquet", rows) for i, rows in enumerate(partitions)]
     ctx = StageContext(work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", seed=0,
                        tools_dir=tmp_path)
-    stage = DedupStage(Config(**config), ctx)
-    facts = stage.fit(Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items]))
-    worker = DedupStage(Config(**config), ctx)  # process() runs in a fresh instance
+    config = config if config is not None else Config(**fields)
+    stage = DedupStage(config, ctx)
+    facts = stage.fit(Partitions(paths, mapper=mapper or (lambda fn, items: [fn(i) for i in items])))
+    worker = DedupStage(config, ctx)  # process() runs in a fresh instance
     outputs = []
     for p in paths:
         table = pq.read_table(p).filter(pa.compute.field("keep"))
@@ -308,12 +314,12 @@ def test_worker_process_signatures_equal_main_process():
     hant = _opencc("s2twp").convert(ZH_B)
     texts = [ZH_A, "cat", "The quick brown fox jumps over the lazy dog again.", "...", hant]
     langs = ["zh", "en", None, None, "zh"]
-    cfg = Config().model_dump()
-    positions, signatures = dedup.document_signatures(texts, langs, cfg)
+    config = Config()  # crosses to the worker as the frozen model (pickled)
+    positions, signatures = dedup.document_signatures(texts, langs, config)
     assert positions.tolist() == [0, 1, 2, 4]  # "..." is empty after normalization
     assert signatures.shape == (4, 112) and signatures.dtype == np.uint32
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        worker_positions, worker_signatures = pool.submit(dedup.document_signatures, texts, langs, cfg).result()
+        worker_positions, worker_signatures = pool.submit(dedup.document_signatures, texts, langs, config).result()
     np.testing.assert_array_equal(worker_positions, positions)
     np.testing.assert_array_equal(worker_signatures, signatures)
 
@@ -339,8 +345,8 @@ def test_traditional_twin_caught_only_with_script_folding(tmp_path):
 def test_japanese_is_not_folded():
     text = "学習資料の検証"  # 習/資/検/証 are Japanese forms; tw2sp would change them
     assert dedup.fold_script([text], "tw2sp")[0] != text
-    _, jp = dedup.document_signatures([text], ["ja"], Config().model_dump())
-    _, jp_none = dedup.document_signatures([text], ["ja"], Config(fold_chinese_script="none").model_dump())
+    _, jp = dedup.document_signatures([text], ["ja"], Config())
+    _, jp_none = dedup.document_signatures([text], ["ja"], Config(fold_chinese_script="none"))
     np.testing.assert_array_equal(jp, jp_none)
 
 
@@ -407,7 +413,7 @@ def test_many_spill_groups_give_the_same_result(tmp_path, monkeypatch):
     for name, per_group in (("ID_RECORDS_PER_GROUP", 4), ("EXACT_RECORDS_PER_GROUP", 3),
                             ("BAND_RECORDS_PER_GROUP", 40), ("LINE_RECORDS_PER_GROUP", 4),
                             ("NODE_RECORDS_PER_GROUP", 2)):
-        monkeypatch.setattr(dedup_phases, name, per_group)
+        monkeypatch.setattr(exchange, name, per_group)
     facts_many, out_many = _run(tmp_path / "many", _mixed_rows(), **config)
     assert facts_one["spill_groups"] == {"ids": 1, "exact": 1, "bands": 1, "lines": 1, "nodes": 1}
     assert facts_many["spill_groups"]["nodes"] == 8  # 15 documents, 2 per node group
@@ -427,7 +433,7 @@ def test_bucket_pairs_all_pairs_small_star_and_chain_large():
     large = np.arange(100, 170)  # 70 members > ALL_PAIRS_MAX_BUCKET
     handles = np.concatenate([small, large, [1000]])
     starts = np.array([0, 3, 73, 74])
-    pairs = dedup_phases.bucket_pairs(handles, starts)
+    pairs = lsh.bucket_pairs(handles, starts)
     as_set = {tuple(p) for p in pairs.tolist()}
     assert {(5, 7), (5, 9), (7, 9)} <= as_set
     assert len(pairs) == 3 + (69 + 68)  # star to the first + chain of successors
@@ -461,14 +467,82 @@ def test_batch_normalization_equals_single_document():
 
 @pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
 def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, survivors):
-    from stages.dedup_phases import document_shingle_sets, exact_jaccard
-
     words = [f"word{i}" for i in range(40)]
     a = " ".join(words)
     b = " ".join(words[:38] + ["other", "words"])
-    sets = document_shingle_sets([a, b], ["en", "en"], Config().model_dump())
+    sets = document_shingle_sets([a, b], ["en", "en"], Config())
     j = exact_jaccard(sets[0], sets[1])
     assert j == pytest.approx(34 / 38)  # 36 word 5-grams each, 2 differ
     _, out = _run(tmp_path, [[{"id": "d:1", "text": a, "lang": "en"}, {"id": "d:2", "text": b, "lang": "en"}]],
                   verify="exact", jaccard_threshold=round(j + margin, 4))
     assert len(_kept(out)) == survivors
+
+
+# ----------------------------------------------------------------------------- config: one set of defaults
+
+
+def _script_twins() -> list[dict]:
+    """Two real Simplified/Traditional near-duplicate pairs (OpenCC s2twp of our
+    own paragraphs: ZH_A's twin folds back exactly, ZH_B's, one character
+    longer, nearly) and an unrelated English document."""
+    to_traditional = _opencc("s2twp")
+    return [{"id": "zh_CN:a", "text": ZH_A, "lang": "zh"},
+            {"id": "zh_TW:a", "text": to_traditional.convert(ZH_A), "lang": "zh"},
+            {"id": "zh_CN:b", "text": ZH_B, "lang": "zh"},
+            {"id": "zh_TW:b", "text": to_traditional.convert(ZH_B), "lang": "zh"},
+            {"id": "en:1", "text": "The quick brown fox jumps over the lazy dog near the river bank today.",
+             "lang": "en"}]
+
+
+def test_config_is_frozen_and_pickles_as_itself():
+    config = Config(num_bands=20, rows_per_band=5, fold_chinese_script="t2s", line_skip_languages=("code", "ja"))
+    copy = pickle.loads(pickle.dumps(config))
+    assert type(copy) is Config and copy == config and copy.model_fields_set == config.model_fields_set
+    assert (copy.num_perm, copy.fold_chinese_script, copy.line_skip_languages) == (100, "t2s", ("code", "ja"))
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
+        config.fold_chinese_script = "none"
+
+
+def test_phases_given_config_equal_the_stage_of_the_default_build(tmp_path):
+    """The default build sets no ``fold_chinese_script``: the model's default
+    (tw2sp) is what its phases run, and a phase called with ``Config()`` finds
+    what the stage built from the default build config found. Fails if a
+    phase falls back on a default of its own (a dict ``.get``, a keyword
+    default, a dump without unset fields): "none" misses both pairs."""
+    from pipeline.config import load_config
+
+    build_config = load_config(Path(__file__).resolve().parents[2] / "configs" / "default.yaml").dedup
+    assert "fold_chinese_script" not in build_config.model_fields_set
+    assert build_config == Config() and build_config.fold_chinese_script == "tw2sp"
+    rows = _script_twins()
+    items: list = []
+
+    def spy(fn, tasks):
+        items.extend(tasks)
+        return [fn(t) for t in tasks]
+
+    facts, out = _run(tmp_path / "build", [rows[:3], rows[3:]], config=build_config, mapper=spy)
+    assert _kept(out) == {"zh_CN:a", "zh_TW:b", "en:1"}  # b: the Traditional twin is one character longer
+    assert {k: (_row(out, k)["dedup_cluster"], _row(out, k)["dedup_similarity"], _row(out, k)["reason"])
+            for k in ("zh_TW:a", "zh_CN:b")} == {"zh_TW:a": ("zh_CN:a", 1.0, "dedup.near_duplicate"),
+                                                 "zh_CN:b": ("zh_TW:b", 101 / 112, "dedup.near_duplicate")}
+    assert (facts["clusters"], facts["near_duplicates"], facts["fold_chinese_script"]) == (2, 2, "tw2sp")
+    # every phase was handed the frozen model itself, never a dict of its values
+    given = [t["config"] for t in items if isinstance(t, dict) and "config" in t]
+    assert len(given) == 2 + 1 + 2 and all(c is build_config for c in given)  # keys, bands, signatures
+    assert not any(isinstance(v, dict) or k == "cfg" for t in items if isinstance(t, dict) for k, v in t.items())
+
+    # the phases called directly with Config(): the same pairs, only through the model's default
+    texts, langs = [r["text"] for r in rows], [r["lang"] for r in rows]
+    _, default = dedup.document_signatures(texts, langs, Config())
+    _, explicit = dedup.document_signatures(texts, langs, Config(fold_chinese_script="tw2sp"))
+    _, unfolded = dedup.document_signatures(texts, langs, Config(fold_chinese_script="none"))
+    np.testing.assert_array_equal(default, explicit)
+    assert [dedup.estimated_jaccard(default[i], default[j]) for i, j in ((0, 1), (2, 3))] == [1.0, 101 / 112]
+    assert [dedup.estimated_jaccard(unfolded[i], unfolded[j]) for i, j in ((0, 1), (2, 3))] == [2 / 112, 7 / 112]
+    sets = document_shingle_sets(texts, langs, Config())
+    assert (exact_jaccard(sets[0], sets[1]), exact_jaccard(sets[2], sets[3])) == (1.0, 189 / 199)
+    # verify: exact reads the shingle sets through the same config: the same clusters
+    _, out_exact = _run(tmp_path / "exact", [rows[:3], rows[3:]], config=build_config.model_copy(
+        update={"verify": "exact"}))
+    assert _kept(out_exact) == {"zh_CN:a", "zh_TW:b", "en:1"}

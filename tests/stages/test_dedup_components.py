@@ -1,4 +1,4 @@
-"""stages/dedup_cluster.py: connected components by large-star / small-star
+"""stages/dedup/components.py: connected components by large-star / small-star
 steps over spill files give scipy's components, labelled by their smallest
 handle, for random graphs, long paths and any number of node groups."""
 
@@ -11,7 +11,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components as scipy_components
 
 from common.spill import read_bucket
-from stages import dedup_cluster as cl
+from stages.dedup import components
 
 
 def _serial(fn, items):
@@ -31,9 +31,9 @@ def test_components_equal_scipy(tmp_path, trial):
         a, b = a[a != b], b[a != b]
     groups = int(rng.integers(1, 6))
     edges = tmp_path / "edges" / "part-00000.parquet"
-    cl.write_edges(nodes[a], nodes[b], groups, edges)
-    files, distinct = cl.connected_components([edges], tmp_path, groups, _serial)
-    labels = pa.concat_tables([read_bucket(files, j, schema=cl.LABELS) for j in range(groups)])
+    components.write_edges(nodes[a], nodes[b], groups, edges)
+    files, distinct = components.connected_components([edges], tmp_path, groups, _serial)
+    labels = pa.concat_tables([read_bucket(files, j, schema=components.LABELS) for j in range(groups)])
     got = {}
     for g, label in zip(labels["g"].to_pylist(), labels["label"].to_pylist()):
         got[g] = min(label, got.get(g, label))  # a centre may be labelled by several tasks

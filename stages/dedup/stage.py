@@ -3,26 +3,30 @@
 source. Every step runs as executor tasks over spill files; the driver holds
 counts, never documents or duplicates.
 
-Phases (:meth:`DedupStage.fit` only wires them; the per-partition work and the
-LSH steps are in :mod:`stages.dedup_phases`, the clustering steps in
-:mod:`stages.dedup_cluster`, the pure hashing in :mod:`stages.dedup_minhash`):
+Phases (:meth:`DedupStage.fit` only wires them; how records meet across
+workers is :mod:`stages.dedup.exchange`, the pure normalization and hashing
+:mod:`stages.dedup.normalize` and :mod:`stages.dedup.minhash`):
 
-1. ``document_keys`` (per partition): ids, blake2b-128 digests of the
-   exact-normalized text and every document's keeper key, spilled by hash;
+1. :mod:`stages.dedup.exact`: ``document_keys`` (per partition): ids,
+   blake2b-128 digests of the exact-normalized text and every document's
+   keeper key (:mod:`stages.dedup.keepers`), spilled by hash;
    ``repeated_id`` checks id uniqueness per id group; ``exact_group`` forms
    the exact groups per digest group.
-2. ``partition_signatures`` (per partition): MinHash signatures of the exact
-   survivors (stored per partition as ``.npy``) and the LSH band records
-   ``(band, bucket key, document)`` spilled by bucket key;
-   ``band_group_edges`` (per band group) pairs bucket members and verifies
-   each pair on the full signatures.
-3. ``connected_components`` (large-star / small-star steps per node group),
+2. :mod:`stages.dedup.signatures`: ``partition_signatures`` (per partition):
+   MinHash signatures of the exact survivors (stored per partition as
+   ``.npy``) and the LSH band records ``(band, bucket key, document)``
+   spilled by bucket key; :mod:`stages.dedup.lsh`: ``band_group_edges`` (per
+   band group) pairs bucket members and verifies each pair on the full
+   signatures.
+3. :mod:`stages.dedup.components`: ``connected_components`` (large-star /
+   small-star steps per node group); :mod:`stages.dedup.cluster`:
    ``component_members`` and ``component_keepers``: one keeper per cluster by
    an order-independent rule; ``final_records`` folds the exact groups in;
    ``partition_removed`` writes each partition's cluster members.
-4. ``partition_lines`` / ``duplicate_lines`` (when ``line_dedup``): hashes of
-   normalized lines of the survivors, spilled by hash; each line's owner is
-   the best-keyed document holding it, the other occurrences are removed.
+4. :mod:`stages.dedup.lines`: ``partition_lines`` / ``duplicate_lines`` (when
+   ``line_dedup``): hashes of normalized lines of the survivors, spilled by
+   hash; each line's owner is the best-keyed document holding it, the other
+   occurrences are removed.
 
 ``fit`` writes ``work_dir/removed/<partition>`` (``id, keeper, similarity,
 reason`` of that partition's cluster members, sorted by id) and
@@ -33,157 +37,25 @@ back onto it and, for line dedup, replaces ``text`` and ``chars``.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-import pydantic
 
 from common.spill import forget
-from stages import dedup_phases as phases
-from stages.base import Partitions, Stage, StageConfig, with_decision
-from stages.dedup_minhash import (  # noqa: F401
-    BAND_HASH_NAME,
-    SHINGLE_HASH_NAME,
-    band_keys,
-    candidate_probability,
-    estimated_jaccard,
-    exact_normalize,
-    fold_script,
-    line_hashes,
-    line_normalize,
-    minhash_signatures,
-    near_normalize,
-    near_normalize_batch,
-    ngram_hashes,
-    permutations,
-    remove_lines,
-    s_curve,
-    shingle_hashes,
-    shingle_tokens,
-    uses_char_shingles,
-)
-from stages.dedup_phases import REASON_EXACT, REASON_NEAR, document_signatures  # noqa: F401
+from stages.base import Partitions, Stage, with_decision
+from stages.dedup import cluster, components, exact, exchange, lines, lsh, signatures
+from stages.dedup.config import Config
+from stages.dedup.minhash import BAND_HASH_NAME, SHINGLE_HASH_NAME
 
-REASON_LINES = "dedup.duplicate_lines"
 REMOVED_DIR = "removed"
 _REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("keeper", pa.string()), ("similarity", pa.float64()),
                              ("reason", pa.string())])
 LINES_DIR = "lines"
-EXACT_HASH_NAME = "blake2b-128(nfkc+casefold+collapse_whitespace)"
-LINE_HASH_NAME = "xxh3_64(nfkc+casefold+no_punctuation+digits_to_0)"
-
-
-# ----------------------------------------------------------------------------- config
-
-
-class Config(StageConfig):
-    """Dedup settings.
-
-    Attributes:
-        exact: remove exact duplicates (equal exact-normalized text).
-        near: remove MinHash-LSH near-duplicates.
-        num_bands, rows_per_band: LSH banding; ``num_perm = num_bands *
-            rows_per_band``. Default 14 x 8 = 112 permutations, FineWeb's choice
-            (Penedo et al. 2024; 5-grams, threshold 0.75). At our threshold 0.8
-            it gives P(candidate) = 0.924 at J = 0.8, 0.9997 at J = 0.9 and
-            0.565 at J = 0.7; the verification step then cuts at 0.8.
-        jaccard_threshold: an LSH candidate pair is an edge only if the
-            signature-estimated Jaccard similarity is >= this. 0.8 is the usual
-            near-duplicate cut (Lee et al. 2022, "Deduplicating Training Data
-            Makes Language Models Better", MinHash on 5-grams at 0.8).
-        ngram_words: words per shingle for space-separated text (5: FineWeb
-            and Lee et al. 2022).
-        ngram_chars: characters per shingle for CJK documents (5: our choice,
-            the same n as for words; a one-character edit changes at most 5
-            shingles, so one edit in a 200-character text keeps J ~ 0.95).
-        seed: seed of the MinHash permutations (datasketch's default seed 1).
-            Independent of the build seed so that changing the sampling seed
-            does not change which documents are duplicates.
-        keep: which document of a cluster survives: ``longest`` (most
-            characters of raw text), ``smallest_id``, or ``lowest_perplexity``
-            (the perplexity stage's ``perplexity_value``, null last; then
-            longest); remaining ties go to the smallest id (string order), so
-            the keeper does not depend on input order or partitioning.
-            ``longest`` is our choice: it keeps the most content.
-        verify: how a candidate pair is checked before it becomes an edge:
-            ``signature`` (estimated Jaccard from the full MinHash signatures,
-            the default: no text is read again) or ``exact`` (exact Jaccard
-            similarity of the two shingle sets; reads the candidates' texts,
-            removes the estimate's error around the threshold).
-        fold_chinese_script: fold Traditional to Simplified Chinese (OpenCC)
-            before character shingling of non-ja/ko CJK documents: ``none``,
-            ``t2s`` or ``tw2sp``. Default ``tw2sp``: measured on the 703
-            zh_CN/zh_TW man-page pairs of /work/shared/corpus it lifts the
-            pairs' median 5-gram Jaccard from 0.32 to 0.92 (t2s: 0.70).
-            Exact dedup never folds.
-        line_dedup: CCNet-style line-level exact dedup (Wenzek et al. 2020):
-            a normalized line (:func:`stages.dedup_minhash.line_normalize`)
-            of at least ``line_min_chars`` characters that also occurs in a
-            better-keyed document is removed; a document left with no
-            non-blank line is dropped (``dedup.duplicate_lines``). Runs after document
-            dedup, on its survivors. Off by default (see docs/stages/dedup.md
-            for what it removes on /work/shared/corpus).
-        line_min_chars: minimum normalized characters for a line to take part.
-            30: our measurement on /work/shared/corpus (docs/stages/dedup.md):
-            it catches the wrapped man-page licence footers (lines of 35-70
-            characters); 20 also removes short fortune headers and signatures.
-        line_skip_languages: languages (``langid_lang``, else ``lang_hint``)
-            whose documents never lose lines: code repeats lines by nature.
-
-    Raises:
-        pydantic.ValidationError: when ``P(candidate | jaccard_threshold) <
-            0.5`` (e.g. bands and rows swapped), with the probability, bands
-            and rows in the message.
-    """
-
-    exact: bool = True
-    near: bool = True
-    num_bands: int = pydantic.Field(14, ge=2)
-    rows_per_band: int = pydantic.Field(8, ge=1)
-    jaccard_threshold: float = pydantic.Field(0.8, gt=0.0, le=1.0)
-    ngram_words: int = pydantic.Field(5, ge=1)
-    ngram_chars: int = pydantic.Field(5, ge=1)
-    seed: int = pydantic.Field(1, ge=0, lt=2**32)
-    keep: Literal["longest", "smallest_id", "lowest_perplexity"] = "longest"
-    fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
-    verify: Literal["signature", "exact"] = "signature"
-    line_dedup: bool = False
-    line_min_chars: int = pydantic.Field(30, ge=1)
-    line_skip_languages: tuple[str, ...] = ("code",)
-
-    def requirements(self) -> dict[str, str]:
-        """``keep: lowest_perplexity`` reads the perplexity stage's
-        ``perplexity_value``; otherwise nothing (``langid_lang`` is used when
-        present, else ``lang_hint``)."""
-        if self.keep == "lowest_perplexity":
-            return {"perplexity": "perplexity_value (keep: lowest_perplexity picks each cluster's keeper by it)"}
-        return {}
-
-    @property
-    def num_perm(self) -> int:
-        """Signature length, ``num_bands * rows_per_band``."""
-        return self.num_bands * self.rows_per_band
-
-    @pydantic.model_validator(mode="after")
-    def _check_s_curve(self) -> Config:
-        p = candidate_probability(self.jaccard_threshold, self.num_bands, self.rows_per_band)
-        if p < 0.5:
-            raise ValueError(
-                f"LSH with num_bands={self.num_bands} x rows_per_band={self.rows_per_band} finds a "
-                f"pair at the jaccard_threshold {self.jaccard_threshold} with probability only "
-                f"{p:.3f} (< 0.5): most near-duplicates would be missed. Use more bands or fewer "
-                f"rows per band (were bands and rows swapped?)")
-        return self
-
-
-# ----------------------------------------------------------------------------- stage
 
 
 class DedupStage(Stage):
@@ -221,11 +93,7 @@ class DedupStage(Stage):
             ValueError: when a document id occurs twice, or ``keep:
                 lowest_perplexity`` without perplexity values.
         """
-        from stages import dedup_cluster as cl
-
         config: Config = self.config
-        cfg = config.model_dump()
-        cfg["line_skip_languages"] = list(cfg["line_skip_languages"])
         work_dir = Path(self.ctx.work_dir)
         spill, signature_dir = work_dir / "spill", work_dir / "signatures"
         for stale in (spill, signature_dir, work_dir / LINES_DIR, work_dir / REMOVED_DIR):
@@ -234,110 +102,112 @@ class DedupStage(Stage):
         names = [p.name for p in paths]
         run = partitions.map
         upper = sum(p.num_rows() for p in paths)  # rows incl. not kept
-        groups = {"ids": phases.spill_groups(upper, phases.ID_RECORDS_PER_GROUP),
-                  "exact": phases.spill_groups(upper, phases.EXACT_RECORDS_PER_GROUP),
-                  "bands": phases.spill_groups(upper * config.num_bands, phases.BAND_RECORDS_PER_GROUP),
-                  "nodes": phases.spill_groups(upper, phases.NODE_RECORDS_PER_GROUP)}
-        base = {"cfg": cfg, "spill": str(spill)}
-        keys = run(phases.document_keys, [
+        groups = {"ids": exchange.spill_groups(upper, exchange.ID_RECORDS_PER_GROUP),
+                  "exact": exchange.spill_groups(upper, exchange.EXACT_RECORDS_PER_GROUP),
+                  "bands": exchange.spill_groups(upper * config.num_bands, exchange.BAND_RECORDS_PER_GROUP),
+                  "nodes": exchange.spill_groups(upper, exchange.NODE_RECORDS_PER_GROUP)}
+        base = {"config": config, "spill": str(spill)}  # the frozen model itself: one set of defaults
+        keys = run(exact.document_keys, [
             {**base, "path": p, "partition": i, "id_groups": groups["ids"], "exact_groups": groups["exact"],
              "node_groups": groups["nodes"]} for i, p in enumerate(paths)])
-        phases.check_unique_ids(spill, groups["ids"], run)
+        exact.check_unique_ids(spill, groups["ids"], run)
 
         # exact groups: members by keeper node group, duplicates to skip by partition
-        exact_files = [str(f) for f in phases.spill_files(spill / "exact")]
+        exact_files = [str(f) for f in exchange.spill_files(spill / "exact")]
         exact_out = spill / "exact_groups"
-        exact = run(cl.exact_group, [{"files": exact_files, "group": k, "node_groups": groups["nodes"],
-                                      "out": str(exact_out)} for k in range(groups["exact"] if cfg["exact"] else 0)])
-        n_exact = sum(e["duplicates"] for e in exact)
-        kinds = {kind: [str(f) for f in phases.spill_files(exact_out / kind)] for kind in ("skip", "members", "counts")}
+        exact_groups = run(exact.exact_group, [
+            {"files": exact_files, "group": k, "node_groups": groups["nodes"], "out": str(exact_out)}
+            for k in range(groups["exact"] if config.exact else 0)])
+        n_exact = sum(e["duplicates"] for e in exact_groups)
+        kinds = {kind: [str(f) for f in exchange.spill_files(exact_out / kind)]
+                 for kind in ("skip", "members", "counts")}
 
         candidates = n_edges = signed = empty = 0
         near_files: list[str] = []
-        components = members = 0
+        n_components = members = 0
         sizes: dict[int, int] = {}
         if config.near:
-            signs = run(phases.partition_signatures, [
+            signs = run(signatures.partition_signatures, [
                 {**base, "path": p, "partition": i, "band_groups": groups["bands"], "skip_files": kinds["skip"],
                  "signatures": str(signature_dir)} for i, p in enumerate(paths)])
             signed, empty = sum(s["signed"] for s in signs), sum(s["empty"] for s in signs)
-            found = run(phases.band_group_edges, [
+            found = run(lsh.band_group_edges, [
                 {**base, "group": k, "signatures": str(signature_dir), "paths": paths,
                  "node_groups": groups["nodes"], "candidate_groups": groups["bands"]}
                 for k in range(groups["bands"])])
             if sum(f["candidates"] for f in found):
-                candidates = sum(run(phases.distinct_candidates, [{"spill": str(spill), "group": k}
-                                                                  for k in range(groups["bands"])]))
+                candidates = sum(run(lsh.distinct_candidates, [{"spill": str(spill), "group": k}
+                                                               for k in range(groups["bands"])]))
             if sum(f["edges"] for f in found):
-                labels, n_edges = cl.connected_components(phases.spill_files(spill / "edges"), spill / "components",
-                                                          groups["nodes"], run)
-                node_files = [str(f) for f in phases.spill_files(spill / "nodes")]
-                run(cl.component_members, [
+                labels, n_edges = components.connected_components(
+                    exchange.spill_files(spill / "edges"), spill / "components", groups["nodes"], run)
+                node_files = [str(f) for f in exchange.spill_files(spill / "nodes")]
+                run(cluster.component_members, [
                     {"labels": [str(f) for f in labels], "nodes": node_files, "counts": kinds["counts"],
                      "group": j, "groups": groups["nodes"],
                      "out": str(spill / "members" / f"group-{j:05d}.parquet")} for j in range(groups["nodes"])])
-                member_files = [str(f) for f in phases.spill_files(spill / "members")]
-                kept = run(cl.component_keepers, [
+                member_files = [str(f) for f in exchange.spill_files(spill / "members")]
+                kept = run(cluster.component_keepers, [
                     {"files": member_files, "group": j, "groups": groups["nodes"], "signatures": str(signature_dir),
                      "num_perm": config.num_perm, "out": str(spill / "near" / f"group-{j:05d}.parquet")}
                     for j in range(groups["nodes"])])
-                components = sum(k["components"] for k in kept)
+                n_components = sum(k["components"] for k in kept)
                 members = sum(k["members"] for k in kept)
                 for k in kept:
                     for size, count in k["sizes"].items():
                         sizes[int(size)] = sizes.get(int(size), 0) + count
-                near_files = [str(f) for f in phases.spill_files(spill / "near")]
+                near_files = [str(f) for f in exchange.spill_files(spill / "near")]
 
         # every cluster member's final row, by partition, then one file per partition
-        final = run(cl.final_records, [
+        final = run(cluster.final_records, [
             {"near": near_files, "exact": kinds["members"], "group": j,
              "out": str(spill / "final" / f"group-{j:05d}.parquet")} for j in range(groups["nodes"])])
         for f in final:
             for size, count in f["sizes"].items():
                 sizes[int(size)] = sizes.get(int(size), 0) + count
-        final_files = [str(f) for f in phases.spill_files(spill / "final")]
-        run(cl.partition_removed, [{"files": final_files, "partition": i,
-                                    "out": str(work_dir / REMOVED_DIR / name)} for i, name in enumerate(names)])
+        final_files = [str(f) for f in exchange.spill_files(spill / "final")]
+        run(cluster.partition_removed, [{"files": final_files, "partition": i,
+                                         "out": str(work_dir / REMOVED_DIR / name)} for i, name in enumerate(names)])
         (work_dir / REMOVED_DIR).mkdir(parents=True, exist_ok=True)
         (work_dir / REMOVED_DIR / "_DONE").write_text(str(len(names)))
 
-        lines = {"lines_considered": 0, "lines_removed": 0}
+        line_counts = {"lines_considered": 0, "lines_removed": 0}
         if config.line_dedup:
-            groups["lines"] = phases.spill_groups(sum(k["lines"] for k in keys), phases.LINE_RECORDS_PER_GROUP)
-            spilled = run(phases.partition_lines, [
+            groups["lines"] = exchange.spill_groups(sum(k["lines"] for k in keys), exchange.LINE_RECORDS_PER_GROUP)
+            spilled = run(lines.partition_lines, [
                 {**base, "path": p, "partition": i, "line_groups": groups["lines"], "skip_files": final_files}
                 for i, p in enumerate(paths)])
-            lines["lines_considered"] = sum(s["lines"] for s in spilled)
-            lines["lines_removed"] = sum(run(phases.duplicate_lines, [
+            line_counts["lines_considered"] = sum(s["lines"] for s in spilled)
+            line_counts["lines_removed"] = sum(run(lines.duplicate_lines, [
                 {"spill": str(spill), "group": k} for k in range(groups["lines"])]))
-            run(phases.partition_line_removals, [{"spill": str(spill), "partition": i,
-                                                  "out": str(work_dir / LINES_DIR / name)}
-                                                 for i, name in enumerate(names)])
+            run(lines.partition_line_removals, [{"spill": str(spill), "partition": i,
+                                                 "out": str(work_dir / LINES_DIR / name)}
+                                                for i, name in enumerate(names)])
         forget()
         shutil.rmtree(spill, ignore_errors=True)
         shutil.rmtree(signature_dir, ignore_errors=True)
 
         return {
-            "exact_hash": EXACT_HASH_NAME, "shingle_hash": SHINGLE_HASH_NAME, "band_hash": BAND_HASH_NAME,
-            "line_hash": LINE_HASH_NAME,
+            "exact_hash": exact.EXACT_HASH_NAME, "shingle_hash": SHINGLE_HASH_NAME, "band_hash": BAND_HASH_NAME,
+            "line_hash": lines.LINE_HASH_NAME,
             "seed": config.seed, "num_perm": config.num_perm, "num_bands": config.num_bands,
             "rows_per_band": config.rows_per_band, "jaccard_threshold": config.jaccard_threshold,
             "ngram_words": config.ngram_words, "ngram_chars": config.ngram_chars,
             "keep": config.keep, "fold_chinese_script": config.fold_chinese_script, "verify": config.verify,
             "line_dedup": config.line_dedup, "line_min_chars": config.line_min_chars,
             "s_curve": [[round(j, 3), round(p, 4)]
-                        for j, p in s_curve(config.num_bands, config.rows_per_band)],
-            "candidate_probability_at_threshold": round(candidate_probability(
+                        for j, p in lsh.s_curve(config.num_bands, config.rows_per_band)],
+            "candidate_probability_at_threshold": round(lsh.candidate_probability(
                 config.jaccard_threshold, config.num_bands, config.rows_per_band), 4),
             "spill_groups": groups,
             "documents": sum(k["documents"] for k in keys),
             "exact_duplicates": n_exact,
-            "near_duplicates": members - components,
+            "near_duplicates": members - n_components,
             "clusters": sum(sizes.values()),  # one keeper per cluster
             "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},  # documents per cluster -> clusters
             "candidate_pairs": candidates, "verified_edges": n_edges,
             "signed_documents": signed, "empty_after_normalization": empty,
-            **lines,
+            **line_counts,
         }
 
     def _read_by_id(self, path: Path, ids: pa.ChunkedArray | pa.Array) -> pa.Table:
@@ -381,7 +251,7 @@ class DedupStage(Stage):
         else:
             removed = _REMOVED_SCHEMA.empty_table()
         index = pc.index_in(table["id"], value_set=removed["id"])
-        cluster = removed["keeper"].take(index)
+        cluster_keeper = removed["keeper"].take(index)
         similarity = removed["similarity"].take(index)
         reasons = removed["reason"].take(index).to_pylist()
         lines_removed = pa.nulls(n, pa.int64())
@@ -405,10 +275,10 @@ class DedupStage(Stage):
                 for i, doc_id in enumerate(table["id"].to_pylist()):
                     if reasons[i] is not None or doc_id not in by_id:
                         continue
-                    edited = remove_lines(texts[i], by_id[doc_id])
+                    edited = lines.remove_lines(texts[i], by_id[doc_id])
                     n_lines[i], n_chars[i] = len(by_id[doc_id]), len(texts[i]) - len(edited)
                     if not edited.strip():
-                        reasons[i] = REASON_LINES  # every line removed; the original text is kept
+                        reasons[i] = lines.REASON_LINES  # every line removed; the original text is kept
                     else:
                         texts[i], chars[i] = edited, len(edited)
                 table = table.set_column(table.column_names.index("text"), "text", pa.array(texts, pa.string()))
@@ -416,6 +286,6 @@ class DedupStage(Stage):
                 if "chars" in table.column_names:
                     table = table.set_column(table.column_names.index("chars"), "chars", chars_arr)
             lines_removed, chars_removed = pa.array(n_lines, pa.int64()), pa.array(n_chars, pa.int64())
-        return with_decision(table, {"dedup_cluster": cluster, "dedup_similarity": similarity,
+        return with_decision(table, {"dedup_cluster": cluster_keeper, "dedup_similarity": similarity,
                                      "dedup_lines_removed": lines_removed,
                                      "dedup_chars_removed": chars_removed}, reasons)

@@ -1,5 +1,6 @@
-"""MinHash signatures for dedup: normalization, Chinese script folding,
-shingles, the fixed shingle hash, datasketch-equal permutations, LSH band keys.
+"""MinHash signatures for dedup: shingles, the fixed shingle hash,
+datasketch-equal permutations, LSH band keys (the normalization and script
+folding before shingling: :mod:`stages.dedup.normalize`).
 
 Everything here is a pure function of its arguments (no files, no config
 object), so a signature made in one process equals the one made in another
@@ -24,155 +25,33 @@ Hash functions (fixed; named in the manifest facts):
 from __future__ import annotations
 
 import re
-import unicodedata
 from functools import lru_cache
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from stages.text import CJK_CHAR_CLASS, CJK_LANGS
+from stages.text import CJK_CHAR_CLASS
 
 SHINGLE_HASH_NAME = "poly64-fmix64-32 (tokens: code point | xxh3_64(word)) + datasketch affine32"
 BAND_HASH_NAME = "band-poly64-fmix64"
-UNKNOWN_LANGS = frozenset({"", "und", "unknown", "zxx"})
-# Languages whose CJK text is never folded to Simplified Chinese (Japanese
-# kanji and Korean hanja keep their forms).
-NO_FOLD_LANGS = frozenset({"ja", "ko"})
-
-# CJK share of non-space characters (after near normalization) at which a
-# document of unknown language is shingled by characters. Measured on
-# /work/shared/corpus with the package language labels: every de/en/es/fr/ru/code
-# document has share 0.000; zh median 1.00 (1st percentile 0.195), ja median
-# 0.595 (1st percentile 0.095); 0.3 puts 96.3% of zh/ja documents in character
-# mode, the rest being mostly untranslated English.
-CJK_SHARE_FOR_CHARS = 0.3
 
 _FNV_PRIME_64 = np.uint64(0x100000001B3)
 _SHINGLES_PER_CHUNK = 16384  # columns of the (num_perm x chunk) permutation matrix
-_ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]")
 _TOKEN_RE = re.compile(rf"[{CJK_CHAR_CLASS}]|[^\s{CJK_CHAR_CLASS}]+")
-_CJK_RE = re.compile(f"[{CJK_CHAR_CLASS}]")
-_DIGIT_RE = re.compile(r"\d")
 _CJK_RE2_GROUP = "([" + "".join(
     f"\\x{{{ord(a):x}}}-\\x{{{ord(b):x}}}" for a, b in re.findall("(.)-(.)", CJK_CHAR_CLASS)) + "])"
 
 
-# ----------------------------------------------------------------------------- LSH
-
-
-def candidate_probability(jaccard: float, num_bands: int, rows_per_band: int) -> float:
-    """Probability that LSH makes two documents a candidate pair.
-
-    ``P = 1 - (1 - J^r)^b`` for Jaccard similarity ``J``, ``b = num_bands``
-    bands of ``r = rows_per_band`` rows (Leskovec, Rajaraman, Ullman, *Mining
-    of Massive Datasets*, ch. 3.4).
-    """
-    return 1.0 - (1.0 - jaccard**rows_per_band) ** num_bands
-
-
-def s_curve(num_bands: int, rows_per_band: int, points: int = 21) -> list[tuple[float, float]]:
-    """The LSH S-curve as ``points`` pairs ``(jaccard, candidate_probability)``
-    for ``jaccard`` evenly spaced over [0, 1], for reports and plots."""
-    if points < 2:
-        raise ValueError(f"points must be >= 2, got {points}")
-    return [(j, candidate_probability(j, num_bands, rows_per_band))
-            for j in (i / (points - 1) for i in range(points))]
-
-
-
-# ----------------------------------------------------------------------------- normalization
-
-
-def _char_class(codepoints: list[int]) -> str:
-    """A regex character class body covering ``codepoints`` (sorted) as ranges."""
-    ranges: list[list[int]] = []
-    for cp in codepoints:
-        if ranges and cp == ranges[-1][1] + 1:
-            ranges[-1][1] = cp
-        else:
-            ranges.append([cp, cp])
-    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}"
-                   for a, b in ranges)
-
-
-@lru_cache(maxsize=1)
-def _punctuation_res() -> tuple[re.Pattern, re.Pattern]:
-    """Regexes of Unicode punctuation (P*) and symbols (S*) plus ``_``, i.e.
-    what ASCII ``string.punctuation`` covers, in all scripts: one for the
-    Basic Multilingual Plane (a bitmap class, fast) and one for plane 1
-    (emoji, musical and math symbols; planes 2+ hold no P/S characters).
-    Categories come from the running Python's ``unicodedata``."""
-    def ps(lo: int, hi: int) -> list[int]:
-        return [cp for cp in range(lo, hi) if cp == 0x5F or unicodedata.category(chr(cp))[0] in "PS"]
-
-    return (re.compile(f"[{_char_class(ps(0, 0x10000))}]+"),
-            re.compile(f"[{_char_class(ps(0x10000, 0x20000))}]+"))
-
-
-def exact_normalize(text: str) -> str:
-    """Normalization for exact dedup: NFKC, casefold, whitespace runs -> one
-    space, stripped. ``"Ｈｅｌｌｏ  World\\n"`` -> ``"hello world"``."""
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def near_normalize(exact_normalized: str) -> str:
-    """Normalization for MinHash, applied to :func:`exact_normalize`'s output:
-    punctuation and symbols (Unicode P*, S*, and ``_``) become a space, then
-    whitespace is collapsed. Equal exact-normalized texts therefore have equal
-    signatures. ``"hello, world!"`` -> ``"hello world"``; ``"你好，世界。"`` ->
-    ``"你好 世界"``."""
-    bmp, astral = _punctuation_res()
-    text = bmp.sub(" ", exact_normalized)
-    if _ASTRAL_RE.search(text):
-        text = astral.sub(" ", text)
-    return " ".join(text.split())
-
-
-# Unicode punctuation, symbols, separators, "_" and the characters str.split()
-# treats as whitespace, for RE2 (pyarrow.compute).
-_NEAR_RE2 = r"[\p{P}\p{S}\p{Z}_\s\x{1c}-\x{1f}\x{85}]+"
-
-
-def near_normalize_batch(texts: list[str]) -> list[str]:
-    """``near_normalize(exact_normalize(t))`` for many raw texts at once, with
-    NFKC and the punctuation/whitespace pass in Arrow (RE2, Unicode classes)
-    and only ``casefold`` in Python; ~1.5x faster than the per-document path
-    and equal to it on every document of /work/shared/corpus (tested on
-    mixed samples). RE2's Unicode tables may be a different Unicode version
-    than Python's ``unicodedata``.
-
-    Args:
-        texts: D raw texts (None is read as "").
-
-    Returns:
-        D normalized strings.
-    """
-    if not texts:
-        return []
-    arr = pc.utf8_normalize(pa.array([t or "" for t in texts], pa.string()), "NFKC")
-    folded = pa.array([t.casefold() for t in arr.to_pylist()], pa.string())
-    return pc.utf8_trim(pc.replace_substring_regex(folded, _NEAR_RE2, " "), " ").to_pylist()
-
-
-def uses_char_shingles(near_normalized: str, lang: str | None) -> bool:
-    """True when a document is shingled by characters: its language is in
-    :data:`stages.text.CJK_LANGS`, or the language is unknown (None, ``und``,
-    ...) and CJK characters are at least :data:`CJK_SHARE_FOR_CHARS` of its
-    non-space characters."""
-    if lang is not None and lang not in UNKNOWN_LANGS:
-        return lang in CJK_LANGS
-    chars = len(near_normalized) - near_normalized.count(" ")
-    return chars > 0 and len(_CJK_RE.findall(near_normalized)) >= CJK_SHARE_FOR_CHARS * chars
+# ----------------------------------------------------------------------------- shingles
 
 
 def shingle_tokens(near_normalized: list[str], char_shingles: bool) -> tuple[np.ndarray, np.ndarray]:
     """The token sequences that shingles are made of, for many documents.
 
     Args:
-        near_normalized: D outputs of :func:`near_normalize`.
+        near_normalized: D outputs of :func:`stages.dedup.normalize.near_normalize`.
         char_shingles: True: one token per character (its code point) of the
             text with spaces removed, so that line wrapping inside CJK text
             does not change shingles. False: one token per word, ``xxh3_64``
@@ -203,9 +82,6 @@ def shingle_tokens(near_normalized: list[str], char_shingles: bool) -> tuple[np.
     word_hashes = np.fromiter((h(w.encode("utf-8")) for w in vocabulary), np.uint64, len(vocabulary))
     indices = encoded.indices.to_numpy(zero_copy_only=False)
     return word_hashes[indices], lengths
-
-
-# ----------------------------------------------------------------------------- shingles
 
 
 def _fmix64(h: np.ndarray) -> np.ndarray:
@@ -279,7 +155,7 @@ def shingle_hashes(near_normalized: str, char_shingles: bool, ngram_words: int,
     """Hashes of one document's shingles (a bag; repeats allowed).
 
     Args:
-        near_normalized: output of :func:`near_normalize`.
+        near_normalized: output of :func:`stages.dedup.normalize.near_normalize`.
         char_shingles: character n-grams (``ngram_chars``) or word n-grams
             (``ngram_words``); tokens as in :func:`shingle_tokens`.
 
@@ -356,6 +232,8 @@ def estimated_jaccard(signature_a: np.ndarray, signature_b: np.ndarray) -> float
     return float(np.count_nonzero(signature_a == signature_b)) / len(signature_a)
 
 
+# ----------------------------------------------------------------------------- LSH band keys
+
 
 def band_keys(signatures: np.ndarray, num_bands: int, rows_per_band: int) -> np.ndarray:
     """LSH bucket keys: uint64[D, num_bands], column b the :data:`BAND_HASH_NAME`
@@ -382,82 +260,3 @@ def band_keys(signatures: np.ndarray, num_bands: int, rows_per_band: int) -> np.
                 h += signatures[:, j].astype(np.uint64)
             keys[:, band] = _fmix64(h)
     return keys
-
-
-# ----------------------------------------------------------------------------- Chinese script
-
-
-FoldScript = Literal["none", "t2s", "tw2sp"]
-
-
-@lru_cache(maxsize=4)
-def _opencc(config: str):
-    import opencc
-
-    return opencc.OpenCC(config)
-
-
-def fold_script(texts: list[str], fold: FoldScript) -> list[str]:
-    """Fold Traditional Chinese to Simplified before character shingling.
-
-    Args:
-        texts: near-normalized texts.
-        fold: ``none`` (unchanged), ``t2s`` (OpenCC character-level
-            Traditional -> Simplified) or ``tw2sp`` (OpenCC Taiwan standard ->
-            Simplified with mainland phrases, e.g. ``檔案`` -> ``文件``).
-            Measured on the 703 zh_CN/zh_TW man-page pairs of
-            /work/shared/corpus (character 5-gram Jaccard of the pair, median
-            / share >= 0.8): none 0.32 / 0.7%, t2s 0.70 / 22.9%, tw2sp
-            0.92 / 93.2% (docs/stages/dedup.md).
-
-    Returns:
-        The folded texts, same length and order. Simplified text passes
-        through unchanged (OpenCC 1.1; ~5.5 M characters/s per core here).
-    """
-    if fold == "none":
-        return list(texts)
-    converter = _opencc(fold)
-    return [converter.convert(t) for t in texts]
-
-
-# ----------------------------------------------------------------------------- lines (CCNet)
-
-
-def line_normalize(line: str) -> str:
-    """Normalization of one line for line-level exact dedup, after CCNet's
-    ``normalize_for_dedup`` (Wenzek et al. 2020): :func:`exact_normalize`
-    (NFKC, casefold, whitespace), then :func:`near_normalize` (punctuation
-    and symbols removed), then every decimal digit -> ``0``.
-    ``"Page 12 of 40."`` -> ``"page 00 of 00"``."""
-    return _DIGIT_RE.sub("0", near_normalize(exact_normalize(line)))
-
-
-def line_hashes(text: str, min_chars: int) -> tuple[np.ndarray, np.ndarray]:
-    """The lines of a document that take part in line-level dedup.
-
-    A line is a piece of ``text.split("\n")``; it takes part when its
-    :func:`line_normalize` form has at least ``min_chars`` characters.
-
-    Returns:
-        ``(hashes uint64[k], line_numbers int32[k])``: ``xxh3_64`` of the
-        normalized line's UTF-8 bytes, and the 0-based index of the line in
-        ``text.split("\n")``, for the k taking part, in line order.
-    """
-    hashes, numbers = [], []
-    h = xxhash.xxh3_64_intdigest
-    for number, line in enumerate(text.split("\n")):
-        if not line or line.isspace():
-            continue
-        normalized = line_normalize(line)
-        if len(normalized) < min_chars:
-            continue
-        hashes.append(h(normalized.encode("utf-8")))
-        numbers.append(number)
-    return np.array(hashes, np.uint64), np.array(numbers, np.int32)
-
-
-def remove_lines(text: str, line_numbers: list[int]) -> str:
-    """``text`` without the lines (0-based indices into ``text.split("\n")``)
-    in ``line_numbers``, the others joined by ``"\n"``."""
-    drop = set(line_numbers)
-    return "\n".join(line for i, line in enumerate(text.split("\n")) if i not in drop)
