@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pydantic
 
-from stages.base import Stage, StageConfig, with_decision
+from stages.base import Column, Stage, StageConfig, with_decision
 from stages.text import CJK_LANGS, PARAGRAPH_BREAK_RE, words_fast
 
 FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk", "code")
@@ -333,7 +333,7 @@ class Config(StageConfig):
             (``max_bad_words``). Empty by default: the project ships no list.
     """
 
-    requires = {"langid": "langid_lang (the word segmenter and the rule thresholds follow the language)"}
+    requires = {"langid_lang": "the word segmenter and the rule thresholds follow the language"}
 
     thresholds: dict[str, Thresholds] = {}
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
@@ -989,6 +989,7 @@ class HeuristicsStage(Stage):
 
     row_independent = True
     name = "heuristics"
+    order = 200
     Config = Config
 
     @classmethod
@@ -1029,3 +1030,10 @@ class HeuristicsStage(Stage):
                                                   else pa.float64())
                   for name, vals in columns.items()}
         return with_decision(table, arrays, reasons)
+
+
+HeuristicsStage.columns = {
+    f"heuristics_{name}": Column("int64" if name in _INT_VALUES else "double",
+                                 f"the {name.replace('_', ' ')} measure (null when no active rule of the "
+                                 "document's language needs it, or undefined)")
+    for name in VALUES}

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pydantic
 
 from common.errors import naming_path
-from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
+from stages.base import Column, Figure, FitResult, Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
 REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
@@ -138,7 +138,7 @@ class Config(StageConfig):
             for a full training (its README suggests 1e6-1e7 sentences).
     """
 
-    requires = {"langid": "langid_lang (one KenLM model and one threshold per language)"}
+    requires = {"langid_lang": "one KenLM model and one threshold per language"}
 
     reference_source: str | None = None
     order: int = 5
@@ -719,13 +719,20 @@ class PerplexityStage(Stage):
 
     row_independent = True
     name = "perplexity"
+    order = 300
     Config = Config
+    columns = {
+        "perplexity_value": Column("double", "KenLM perplexity of the document (per token, </s> per line); "
+                                   "null when its language has no model", lineage=True, digits=1),
+        "perplexity_bucket": Column("string", "head / middle / tail of the reference distribution; null when "
+                                    "unmeasured", lineage=True),
+    }
 
     def __init__(self, config: Config, ctx: StageContext):
         super().__init__(config, ctx)
         self._models_json: dict[str, Any] | None = None
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    def fit(self, partitions: Partitions) -> FitResult:
         """Train one tokenizer and model per language on the reference source;
         write ``ctx.work_dir/models.json``, ``ctx.work_dir/<lang>.binary`` and
         (tokenizer ``sentencepiece``) ``ctx.work_dir/<lang>.sentencepiece.model``.
@@ -830,8 +837,18 @@ class PerplexityStage(Stage):
                                   indent=2, sort_keys=True))
         os.replace(tmp, work_dir / "models.json")
         self._models_json = None
-        return {"reference_source": cfg.reference_source, "order": cfg.order,
-                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped}
+        warnings = tuple(f"language {lang}: no model ({why}); its documents are kept without a perplexity or "
+                         "bucket (give more reference text or perplexity.models)"
+                         for lang, why in sorted(skipped.items()))
+        figure = Figure(
+            kind="column_histogram", column="perplexity_value", group_by="langid_lang", log10=True,
+            title="perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold",
+            x_label="log10 perplexity",
+            marks={lang: list(f.get("bucket_cutoffs") or []) for lang, f in sorted(facts.items())},
+            strong_marks={lang: [f["threshold"]] for lang, f in sorted(facts.items()) if f.get("threshold")})
+        return FitResult(facts={"reference_source": cfg.reference_source, "order": cfg.order,
+                                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped},
+                         warnings=warnings, figures=(figure,))
 
     def release(self) -> None:
         """Drop the KenLM models and tokenizers cached in this process (the
