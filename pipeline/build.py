@@ -58,7 +58,7 @@ from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.code_digest import CodeDigest, code_digest
 from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
-                             load_config)
+                             load_config, preflight)
 from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
                                process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
 from pipeline.location import config_base
@@ -92,8 +92,23 @@ ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.layout", "pip
 def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
     """The :class:`~pipeline.code_digest.CodeDigest` of stage ``name``: its
     module (``stages.stage_module``), what that module reaches, and the
-    executor's per-partition runner (:data:`STAGE_CODE`)."""
-    return code_digest((stage_module(name, plugins), *STAGE_CODE))
+    executor's per-partition runner (:data:`STAGE_CODE`).
+
+    A plugin stage whose module is not in a project package (``plugins``)
+    counts as the bytes of its module file (``sources["plugin:<module>"]``):
+    what that file imports from elsewhere is not followed, so a plugin kept as
+    a package should be one module, or name its version in its code."""
+    import importlib.util
+
+    module = stage_module(name, plugins)
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin is None or (REPO_ROOT / module.split(".")[0] / "__init__.py").is_file():  # a project package
+        return code_digest((module, *STAGE_CODE))
+    base = code_digest(STAGE_CODE)
+    own = hashlib.sha256(origin.read_bytes()).hexdigest()[:16]
+    return dataclasses.replace(base, digest=hashlib.sha256(f"{base.digest}:{module}:{own}".encode()).hexdigest()[:16],
+                               sources={**base.sources, f"plugin:{module}": own})
 
 
 class VersionExistsError(FileExistsError):
@@ -1053,6 +1068,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)
+    preflight(cfg, str(config_path))
     base = config_base(config_path)
     root = corpora_root_for(corpora_root, config_path, version, corpora_dir=cfg.corpora_dir).path
     final = root / version

@@ -362,6 +362,22 @@ def parse_config(data: dict[str, Any], origin: str = "<config>"):
     return cfg
 
 
+def preflight(cfg, origin: str = "<config>") -> None:
+    """The config checks that need I/O (``Stage.preflight`` of every enabled
+    stage: a given KenLM model loads, ...), run once by the build after the
+    config is parsed and before any work. Validators themselves do no I/O, so
+    a config can be parsed (and cross to workers) without touching files.
+
+    Raises:
+        ConfigError: one line per problem, each naming its key.
+    """
+    plugins = tuple(cfg.plugins)
+    errors = [line for name in stage_names(plugins) if getattr(cfg, name).enabled
+              for line in stage_class(name, plugins).preflight(getattr(cfg, name))]
+    if errors:
+        raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
+
+
 def config_path_for(version: str, config_dir: Path = CONFIG_DIR) -> Path:
     """``configs/<version>.yaml`` if it exists, else ``configs/default.yaml``."""
     own = config_dir / f"{version}.yaml"

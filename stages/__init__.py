@@ -59,6 +59,9 @@ def registry(plugins: tuple[str, ...] = ()) -> dict[str, str]:
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
+            if is_plugin and isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+                raise RegistryError(f"plugins: cannot import {module_name!r}: no such module on the Python path "
+                                    "(install it, or add its directory to PYTHONPATH)") from None
             if is_plugin:
                 raise RegistryError(f"plugins: importing {module_name!r} failed: {type(exc).__name__}: {exc}") \
                     from None

@@ -482,6 +482,15 @@ class Stage:
         (``stages.<name>.settings``). Default: nothing (``{}``)."""
         return {}
 
+    @classmethod
+    def preflight(cls, config: BaseStageConfig) -> list[str]:
+        """Checks of ``config`` that need I/O (a file it names exists and
+        loads), run once in the driver after the config is parsed and before
+        any work (``pipeline.config.preflight``); config validators do no
+        I/O. Returns one line per problem, starting with the key
+        (``perplexity.models.en: ...``). Default: none."""
+        return []
+
     def fit(self, partitions: Partitions) -> FitResult:
         """Learn what the stage needs from all its input, write it under
         ``ctx.work_dir`` and return what the build may know of it

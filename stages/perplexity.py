@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pydantic
 
 from common.errors import naming_path
+from common.errors import ToolError
 from stages.base import Column, Figure, FitResult, Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
@@ -155,18 +156,6 @@ class Config(StageConfig):
     sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
     sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
     models: dict[str, str] = {}
-
-    @pydantic.field_validator("models")
-    @classmethod
-    def _models_load(cls, value: dict[str, str]) -> dict[str, str]:
-        # Checked when the config is loaded, before any work: a path that is
-        # missing or not a KenLM ARPA/binary model stops the build here.
-        for lang, path in value.items():
-            try:
-                load_model(str(path))
-            except RuntimeError as exc:
-                raise ValueError(f"perplexity.models.{lang}: {exc}") from None
-        return value
 
     @pydantic.field_validator("order")
     @classmethod
@@ -597,40 +586,6 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     return model
 
 
-class ToolError(RuntimeError):
-    """An external tool (``lmplz``, ``build_binary``) failed.
-
-    ``str()`` is one line: the command, its exit status (or the signal that
-    killed it) and the last lines of its stderr, e.g. ``perplexity: lmplz
-    failed (exit 1): /repo/tools/bin/lmplz -o 5 ... ; stderr: ... | ...``.
-
-    Attributes:
-        command: the command line (list of str).
-        returncode: the exit status (negative: killed by that signal).
-        stderr_tail: its last non-empty stderr lines (at most
-            :data:`STDERR_TAIL_LINES`, each cut to 300 characters).
-    """
-
-    def __init__(self, command: list[str], returncode: int, stderr_tail: list[str]):
-        super().__init__(list(command), returncode, list(stderr_tail))
-        self.command, self.returncode, self.stderr_tail = list(command), returncode, list(stderr_tail)
-
-    def __str__(self) -> str:
-        import shlex
-        import signal
-
-        if self.returncode < 0:
-            try:
-                status = f"killed by {signal.Signals(-self.returncode).name}"
-            except ValueError:
-                status = f"killed by signal {-self.returncode}"
-        else:
-            status = f"exit {self.returncode}"
-        tail = " | ".join(self.stderr_tail) or "(no stderr)"
-        return (f"perplexity: {Path(self.command[0]).name} failed ({status}): {shlex.join(self.command)}; "
-                f"stderr: {tail}")
-
-
 #: stderr lines a :class:`ToolError` keeps (lmplz ends with its reason).
 STDERR_TAIL_LINES = 5
 
@@ -731,6 +686,21 @@ class PerplexityStage(Stage):
     def __init__(self, config: Config, ctx: StageContext):
         super().__init__(config, ctx)
         self._models_json: dict[str, Any] | None = None
+
+    @classmethod
+    def preflight(cls, config: Config) -> list[str]:
+        """A model given in ``models`` that is missing or not a KenLM
+        ARPA/binary file stops the build before any work (one line per
+        language); the models are loaded once here and again in ``process``."""
+        errors = []
+        for lang, path in config.models.items():
+            try:
+                load_model(str(path))
+            except RuntimeError as exc:
+                errors.append(f"perplexity.models.{lang}: {exc}")
+            finally:
+                _load_model.cache_clear()
+        return errors
 
     def fit(self, partitions: Partitions) -> FitResult:
         """Train one tokenizer and model per language on the reference source;
