@@ -83,3 +83,40 @@ def os_error_line(exc: OSError) -> str:
         target += f" -> {exc.filename2}"
     return f"cannot {action} {target}: {cause}"
 
+
+class ToolError(RuntimeError):
+    """An external tool (``lmplz``, ``build_binary``) failed.
+
+    ``str()`` is one line: who ran it, the command, its exit status (or the
+    signal that killed it) and the last lines of its stderr, e.g.
+    ``perplexity: lmplz failed (exit 1): /repo/tools/bin/lmplz -o 5 ... ;
+    stderr: ... | ...``. Raised by a stage (the perplexity stage runs KenLM's
+    tools) and reported in one line by ``pipeline.failures``.
+
+    Attributes:
+        command: the command line (list of str).
+        returncode: the exit status (negative: killed by that signal).
+        stderr_tail: its last non-empty stderr lines (the caller keeps a
+            few, each cut to 300 characters).
+        who: the stage (or part) that ran it, the message's prefix.
+    """
+
+    def __init__(self, command: list[str], returncode: int, stderr_tail: list[str], who: str = "perplexity"):
+        super().__init__(list(command), returncode, list(stderr_tail), who)
+        self.command, self.returncode, self.stderr_tail = list(command), returncode, list(stderr_tail)
+        self.who = who
+
+    def __str__(self) -> str:
+        import shlex
+        import signal
+
+        if self.returncode < 0:
+            try:
+                status = f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                status = f"killed by signal {-self.returncode}"
+        else:
+            status = f"exit {self.returncode}"
+        tail = " | ".join(self.stderr_tail) or "(no stderr)"
+        return (f"{self.who}: {os.path.basename(self.command[0])} failed ({status}): {shlex.join(self.command)}; "
+                f"stderr: {tail}")

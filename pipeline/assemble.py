@@ -696,7 +696,8 @@ def _sum_counts(dicts) -> dict[int, int]:
 
 
 def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_reports: dict[str, Any],
-             bytes_per_char: float, pad_id: int, mixture: dict[str, Any], work: Path, tmp: Path,
+             bytes_per_char: float, pad_id: int, planned_tokens: int, target_shares: dict[str, float] | None,
+             decision_columns: list[str], work: Path, tmp: Path,
              executor, runlog, fingerprint: str) -> dict[str, Any]:
     """Write the samples, lineage, documents and decisions of a version into
     ``tmp`` (see the module docstring), resuming a killed assembly.
@@ -708,7 +709,12 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         stage_reports: each stage's report (totals, for part counts).
         bytes_per_char: UTF-8 bytes per character of the input (part sizes).
         pad_id: the best-fit padding token.
-        mixture: the mixture stage's facts (targets for ``packed_per_source``).
+        planned_tokens: tokens of every copy the mixture chose (its
+            ``planned_tokens`` export): what the partitions must hold.
+        target_shares: source -> target share (the ``target_shares`` export;
+            None: ``packed_per_source`` has no target).
+        decision_columns: the stage columns carried into every lineage
+            segment (``pipeline.lineage.lineage_columns``), in order.
         work: ``corpora/.work/<version>/assemble`` (spill, markers).
         tmp: the version directory being assembled.
         executor: runs the tasks (local pool or Ray).
@@ -724,7 +730,6 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     Raises:
         BuildError: no sample can be packed; an internal count disagrees.
     """
-    from pipeline.lineage import DECISION_COLUMNS
     from pipeline.writer import page_and_header_size
 
     out_cfg = cfg.output
@@ -744,13 +749,13 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     spill, markers = work / "spill", work / "markers"
     forget()
 
-    total_tokens = int(mixture.get("realized_tokens") or 0)
+    total_tokens = int(planned_tokens or 0)
     # best fit pads a short corpus into one sample; concat-split needs a window
     if total_tokens < (window if method == "concat_split" else 1):
         raise BuildError(f"the sampled documents hold {total_tokens} tokens, fewer than seq_length + 1 = "
                          f"{window}: no sample can be packed (lower output.seq_length or add data)")
     order_buckets = max(1, math.ceil(total_tokens / out_cfg.order_bucket_tokens))
-    kept_chars = stage_reports["mixture"]["totals"]["kept_chars"]
+    kept_chars = stage_reports[list(stage_reports)[-1]]["totals"]["kept_chars"]
     doc_parts = layout.parts_for(int(kept_chars * bytes_per_char), out_cfg.table_part_bytes)
     decision_parts = {}
     for stage, _ in stage_depths:
@@ -761,7 +766,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     # phase 1: emit
     emit_tasks = [{"kind": "emit", "part": part, "index": i, "stages": stage_depths, "seed": cfg.seed,
                    "order_buckets": order_buckets, "doc_parts": doc_parts, "decision_parts": decision_parts,
-                   "decision_columns": list(DECISION_COLUMNS), "spill": str(spill),
+                   "decision_columns": list(decision_columns), "spill": str(spill),
                    "marker": str(markers / f"emit-{i:05d}.json")} for i, part in enumerate(final_parts)]
     tracker = runlog.tracker("assemble-emit", len(emit_tasks))
     try:
@@ -789,7 +794,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         running += order_sums.get(b, [0, 0])[1]
     tasks = [{"kind": "pack", "bucket": b, "order_files": [str(p) for p in part_files], "offset": offsets[b],
               "num_samples": num_samples, "method": method, "seq_length": seq_length, "pad_id": pad_id,
-              "seed": cfg.seed, "shuffle_bits": shuffle_bits, "decision_columns": list(DECISION_COLUMNS),
+              "seed": cfg.seed, "shuffle_bits": shuffle_bits, "decision_columns": list(decision_columns),
               "spill": str(spill), "marker": str(markers / f"pack-{b:05d}.json")}
              for b in range(order_buckets) if order_sums.get(b, [0, 0])[0]]
     schema_dir = markers / "schemas"
@@ -923,7 +928,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                     "tokens_dropped_tail": int(tokens - packed_tokens) if method == "concat_split" else 0,
                     "padding_tokens": int(padding), "pad_id": pad_id if method == "best_fit" else None,
                     "boundaries_width": int(width),
-                    "packed_per_source": packed_per_source(by_source, mixture)},
+                    "packed_per_source": packed_per_source(by_source, target_shares)},
         "shards": shards,
         "layout": {"format": 2, "order_buckets": order_buckets, "shuffle_buckets": 1 << shuffle_bits,
                    "documents_parts": doc_parts, "excerpts_parts": doc_parts,
@@ -935,16 +940,18 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     }
 
 
-def packed_per_source(tokens: dict[str, int], mixture: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+def packed_per_source(tokens: dict[str, int], targets: dict[str, float | None] | None
+                      ) -> dict[str, dict[str, Any]]:
     """Tokens of each source that made it into samples (after the dropped tail
     and best-fit padding), their share of the packed document tokens, and the
-    difference to the mixture's ``target_share`` in percentage points."""
+    difference to the source's target share (``targets``: source -> share,
+    the mixture's ``target_shares`` export) in percentage points."""
     total = sum(tokens.values()) or 1
-    targets = (mixture or {}).get("per_source", {})
+    targets = targets or {}
     out = {}
     for source in sorted(set(tokens) | set(targets)):
         share = tokens.get(source, 0) / total
-        target = targets.get(source, {}).get("target_share")
+        target = targets.get(source)
         out[source] = {"tokens": int(tokens.get(source, 0)), "share": share,
                        "share_error_pp": None if target is None else 100.0 * (share - target)}
     return out
@@ -1008,12 +1015,15 @@ def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, wor
     tokens = pc.list_value_length(docs["tokenize_input_ids"]).to_numpy(zero_copy_only=False).astype(np.int64)
     repeats = docs["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
     reports = {"mixture": {"totals": {"kept_chars": int(pc.sum(docs["chars"]).as_py() or 0)}}}
-    mixture = {"realized_tokens": int((tokens * repeats).sum()), "per_source": {}}
+    planned = int((tokens * repeats).sum())
     cfg = SimpleNamespace(seed=seed, output=output)
     own = executor is None
     executor = executor or LocalExecutor(1)
     try:
-        return assemble(cfg, refs, [], reports, 1.0, pad_id, mixture, work_dir / "assemble", version_dir,
+        from pipeline.lineage import LEGACY_DECISION_COLUMNS
+
+        return assemble(cfg, refs, [], reports, 1.0, pad_id, planned, None, list(LEGACY_DECISION_COLUMNS),
+                        work_dir / "assemble", version_dir,
                         executor, _QuietLog(), fingerprint="documents")
     finally:
         if own:

@@ -58,7 +58,7 @@ from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.code_digest import CodeDigest, code_digest
 from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
-                             load_config)
+                             load_config, preflight)
 from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
                                process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
 from pipeline.location import config_base
@@ -70,8 +70,8 @@ from pipeline.redact import redact, secret_values
 from pipeline.readers import (FILE_REASONS, RETRY_REASONS, Quarantined, detect_format, display_path,
                               input_identity, is_url, parquet_column_problem, read_file, resolve_paths)
 from pipeline.runlog import RunLog, crash_point
-from stages import STAGES, stage_class
-from stages.base import KEEP, REASON, PartitionRef, Partitions, StageContext, read_view
+from stages import stage_class, stage_module, stage_names
+from stages.base import KEEP, REASON, FitResult, PartitionRef, Partitions, StageContext, read_view
 
 __all__ = ["BuildError", "BuildResult", "VersionExistsError", "VersionLockedError", "build"]
 
@@ -84,16 +84,31 @@ TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" /
 # module, or ``module:name`` for one definition and what it reaches). Its
 # digest is part of the phase's fingerprint, so changed code re-runs it.
 INGEST_CODE = ("pipeline.readers", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
-# Every stage also runs its own module (``stages.STAGES``).
+# Every stage also runs its own module (``stages.stage_module``).
 STAGE_CODE = ("pipeline.executor:process_partition",)
 ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.layout", "pipeline.build:assemble_phase")
 
 
-def stage_code_digest(name: str) -> CodeDigest:
+def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
     """The :class:`~pipeline.code_digest.CodeDigest` of stage ``name``: its
-    module (``stages.STAGES``), what that module reaches, and the executor's
-    per-partition runner (:data:`STAGE_CODE`)."""
-    return code_digest((STAGES[name].split(":")[0], *STAGE_CODE))
+    module (``stages.stage_module``), what that module reaches, and the
+    executor's per-partition runner (:data:`STAGE_CODE`).
+
+    A plugin stage whose module is not in a project package (``plugins``)
+    counts as the bytes of its module file (``sources["plugin:<module>"]``):
+    what that file imports from elsewhere is not followed, so a plugin kept as
+    a package should be one module, or name its version in its code."""
+    import importlib.util
+
+    module = stage_module(name, plugins)
+    spec = importlib.util.find_spec(module)
+    origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if origin is None or (REPO_ROOT / module.split(".")[0] / "__init__.py").is_file():  # a project package
+        return code_digest((module, *STAGE_CODE))
+    base = code_digest(STAGE_CODE)
+    own = hashlib.sha256(origin.read_bytes()).hexdigest()[:16]
+    return dataclasses.replace(base, digest=hashlib.sha256(f"{base.digest}:{module}:{own}".encode()).hexdigest()[:16],
+                               sources={**base.sources, f"plugin:{module}": own})
 
 
 class VersionExistsError(FileExistsError):
@@ -643,9 +658,11 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         partition).
     """
     stage_cfg = getattr(cfg, name)
+    plugins = tuple(cfg.plugins)
     config_json = stage_cfg.model_dump_json()
-    settings = stage_class(name).effective_settings(stage_cfg)
-    code = code if code is not None else stage_code_digest(name)
+    cls = stage_class(name, plugins)
+    settings = cls.effective_settings(stage_cfg)
+    code = code if code is not None else stage_code_digest(name, plugins)
     fp = _fingerprint(name, json.loads(config_json), upstream, seed, code.digest, settings,
                       referenced_files(json.loads(config_json), work.parent / "cache"))
     out_dir = work / name
@@ -667,8 +684,9 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if "fit" not in state:
-        stage = stage_class(name)(stage_cfg, ctx)
-        state = {"fingerprint": fp, "fit": stage.fit(Partitions(in_parts, executor.map)),
+        stage = cls(stage_cfg, ctx)
+        result = stage.fit(Partitions(in_parts, executor.map))
+        state = {"fingerprint": fp, "fit": _check_fit(cls, result, ctx.work_dir).to_json(),
                  "fit_seconds": round(time.perf_counter() - t0, 2)}
         stage.release()
         del stage
@@ -677,7 +695,7 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     # What the fit left (its facts and files): with the fingerprint, the key of
     # a worker's cached stage object, so no worker applies another fit.
     fit_key = fit_digest(state["fit"], ctx.work_dir)
-    tasks = [(name, config_json, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes, fit_key)
+    tasks = [(name, plugins, stage_cfg, ctx, ref, out.layers[-1], fp, cfg.executor.batch_bytes, fit_key)
              for ref, out in zip(in_parts, outputs)]
     t1 = time.perf_counter()
     tracker = runlog.tracker(name, len(tasks), in_docs)
@@ -689,18 +707,47 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     for r in results:
         _merge_counts(per_source, r["counts"])
     per_source = _sorted_counts(per_source)
-    report = {"per_source": per_source, "totals": _totals(per_source), "fit": state["fit"],
-              "settings": settings}
+    fit = FitResult.from_json(state["fit"])
+    report = {"per_source": per_source, "totals": _totals(per_source), "fit": fit.facts,
+              "settings": settings, "warnings": list(fit.warnings),
+              "figures": [f.to_json() for f in fit.figures]}
     kept = [r["kept"] for r in results]
     state.update(done=True, report=report, kept_per_partition=kept,
                  process_seconds=round(time.perf_counter() - t1, 2))
     write_json_atomic(state, out_dir / STATE)
+    for line in fit.warnings:
+        runlog.event("warning", f"[{name}] WARNING {line}", stage=name)
     tot = report["totals"]
     runlog.event("stage_done", f"[{name}] {tot['documents_in']} in, {tot['kept']} kept, "
                  f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)",
                  stage=name, documents_in=tot["documents_in"], kept=tot["kept"], dropped=tot["dropped"],
                  seconds=round(time.perf_counter() - t0, 2))
     return outputs, fp, report, kept
+
+
+def _check_fit(cls, result: Any, work_dir: Path) -> FitResult:
+    """``result`` as returned by ``cls.fit``, checked against what the stage
+    declares (:attr:`Stage.artifacts`): every declared file and value is
+    there, files exist under ``work_dir``, nothing undeclared.
+
+    Raises:
+        BuildError: the fit broke its stage's contract (a bug in the stage).
+    """
+    if not isinstance(result, FitResult):
+        raise BuildError(f"[{cls.name}] fit returned {type(result).__name__}, not a stages.base.FitResult")
+    files = {k for k, v in cls.artifacts.items() if v.startswith("file:")}
+    values = set(cls.artifacts) - files
+    problems = []
+    if set(result.artifacts) != files:
+        problems.append(f"artifacts {sorted(result.artifacts)}, declared {sorted(files)}")
+    if set(result.exports) != values:
+        problems.append(f"exports {sorted(result.exports)}, declared {sorted(values)}")
+    for key, rel in result.artifacts.items():
+        if not (Path(work_dir) / rel).is_file():
+            problems.append(f"artifact {key} = {rel} is not a file under {work_dir}")
+    if problems:
+        raise BuildError(f"[{cls.name}] fit does not keep its contract: {'; '.join(problems)}")
+    return result
 
 
 @dataclasses.dataclass
@@ -715,6 +762,17 @@ class Staged:
     fingerprint: str
     seconds: dict[str, float]
     code: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: declared values of every stage's fit (``FitResult.exports``): name -> value
+    exports: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: declared files of every stage's fit: name -> absolute path
+    artifacts: dict[str, Path] = dataclasses.field(default_factory=dict)
+    #: artifact or export name -> the stage that provided it
+    provided_by: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def last(self) -> str:
+        """The last stage that ran (its totals are the kept documents)."""
+        return list(self.reports)[-1]
 
 
 def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) -> Staged:
@@ -725,33 +783,28 @@ def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) 
     outputs: dict[str, list[PartitionRef]] = {}
     seconds: dict[str, float] = {}
     code: dict[str, Any] = {}
-    for name in STAGES:
+    exports: dict[str, Any] = {}
+    artifacts: dict[str, Path] = {}
+    provided_by: dict[str, str] = {}
+    plugins = tuple(cfg.plugins)
+    for name in stage_names(plugins):
         if not getattr(cfg, name).enabled:
             runlog.event("stage_disabled", f"[{name}] disabled in the config", stage=name)
             continue
         t0 = time.perf_counter()
-        digest = stage_code_digest(name)
+        digest = stage_code_digest(name, plugins)
         parts, upstream, report, docs = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor,
                                                   runlog, docs, code=digest)
+        fit = FitResult.from_json(_read_state(work / name)["fit"])
+        exports.update(fit.exports)
+        artifacts.update({k: work / name / "fit" / rel for k, rel in fit.artifacts.items()})
+        provided_by.update({k: name for k in (*fit.exports, *fit.artifacts)})
         reports[name] = report
         outputs[name] = parts
         code[name] = digest.facts()
         seconds[name] = round(time.perf_counter() - t0, 2)
-    _stage_warnings(reports, runlog)
-    return Staged(reports=reports, parts=outputs, final=parts, fingerprint=upstream, seconds=seconds, code=code)
-
-
-def _stage_warnings(reports: dict[str, Any], runlog: RunLog) -> None:
-    ppl_fit = (reports.get("perplexity") or {}).get("fit") or {}
-    for lang, why in sorted((ppl_fit.get("skipped") or {}).items()):
-        runlog.event("warning", f"[perplexity] WARNING language {lang}: no model ({why}); its documents are "
-                     "kept without a perplexity or bucket (give more reference text or perplexity.models)",
-                     language=lang, reason=why)
-    for src, facts in reports["mixture"]["fit"].get("per_source", {}).items():
-        if facts.get("capped"):
-            runlog.event("warning", f"[mixture] WARNING source {src} is capped by mixture.max_epochs: target share "
-                         f"{facts.get('target_share', 0):.3f} after rescaling (its weight asked for more than "
-                         "max_epochs x its tokens)", source=src, facts=facts)
+    return Staged(reports=reports, parts=outputs, final=parts, fingerprint=upstream, seconds=seconds, code=code,
+                  exports=exports, artifacts=artifacts, provided_by=provided_by)
 
 
 # --------------------------------------------------------------------------- assemble
@@ -767,31 +820,38 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
     Raises:
         BuildError: nothing survived the stages, or no sample can be packed.
     """
-    if staged.reports["mixture"]["totals"]["kept"] == 0:
+    if staged.reports[staged.last]["totals"]["kept"] == 0:
         raise BuildError("no document survived the stages: nothing to pack (see the summary table)")
-    tok = staged.reports["tokenize"]["fit"]
     depths = [(name, i + 1) for i, name in enumerate(staged.reports)]
     code = code_digest(ASSEMBLE_CODE)
     fingerprint = _fingerprint("assemble", staged.fingerprint, config_dict(cfg)["output"], cfg.seed,
                                code.digest)
+    from pipeline.lineage import lineage_columns
+
+    carried = lineage_columns(list(staged.reports), tuple(cfg.plugins))
     out = assemble(cfg, staged.final, depths, staged.reports, ingested.bytes_per_char,
-                   pad_id=tok["special_token_ids"]["pad"], mixture=staged.reports["mixture"]["fit"],
+                   pad_id=staged.exports["pad_id"], planned_tokens=staged.exports["planned_tokens"],
+                   target_shares=staged.exports.get("target_shares"),
+                   decision_columns=[c["name"] for c in carried],
                    work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint)
     out["code"] = code.facts()
+    out["lineage_columns"] = carried
     runlog.event("assembled", None, samples=out["num_samples"], shards=len(out["shards"]))
     with open(tmp / layout.QUARANTINE, "wb") as out_fh:
         for path in ingested.quarantine_files:
             if path.exists():
                 with open(path, "rb") as in_fh:
                     shutil.copyfileobj(in_fh, out_fh)
-    shutil.copyfile(work / "tokenize" / "fit" / "tokenizer.json", tmp / layout.TOKENIZER)
+    shutil.copyfile(staged.artifacts["tokenizer"], tmp / layout.TOKENIZER)
     # Credentials (storage_options keys, tokens, ...) are not published (pipeline.redact).
     (tmp / layout.CONFIG).write_text(yaml.safe_dump(redact(config_dict(cfg)), sort_keys=True, allow_unicode=True),
                                      encoding="utf-8")
     # Tokenizer coverage report on the held-out split, inside the version (hashed in "files").
     from pipeline.tokenizer_report import build_report
 
-    out["tokenizer_report"] = build_report(cfg.tokenize, staged.parts["tokenize"], tmp / layout.TOKENIZER,
+    tokenizer_stage = staged.provided_by["tokenizer"]
+    out["tokenizer_report"] = build_report(getattr(cfg, tokenizer_stage), staged.parts[tokenizer_stage],
+                                           tmp / layout.TOKENIZER,
                                            tmp, cfg.seed, runlog.echo)
     runlog.event("tokenizer_report_done", None)
     written = set(out["files"])
@@ -820,7 +880,7 @@ def accounting(ingested: Ingested, staged: Staged, assembled: dict[str, Any]) ->
     dropped: Counter = Counter()
     for rep in staged.reports.values():
         dropped.update(rep["totals"]["dropped"])
-    n_kept = staged.reports["mixture"]["totals"]["kept"]
+    n_kept = staged.reports[staged.last]["totals"]["kept"]
     acc = {"documents_in": n_in, "kept": n_kept, "dropped": sum(dropped.values()),
            "quarantined": n_quarantined, "dropped_by_reason": dict(sorted(dropped.items()))}
     if n_in != n_kept + acc["dropped"] + acc["quarantined"]:
@@ -841,6 +901,8 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
                               ingest_counts=ingested.counts, partitions=len(ingested.parts),
                               failed_files=ingested.failed_files, nul_removed=ingested.nul_removed,
                               stage_reports=staged.reports,
+                              tokenizer_facts=staged.reports[staged.provided_by["tokenizer"]]["fit"],
+                              mixture_facts=staged.reports[staged.provided_by["planned_tokens"]]["fit"],
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
                               code={"ingest": ingested.code, **staged.code, "assemble": assembled["code"]},
                               run={**run, "config_file": str(config_path)})
@@ -1006,6 +1068,7 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)
+    preflight(cfg, str(config_path))
     base = config_base(config_path)
     root = corpora_root_for(corpora_root, config_path, version, corpora_dir=cfg.corpora_dir).path
     final = root / version

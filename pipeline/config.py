@@ -31,8 +31,9 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
+from pipeline.contract import contract_errors
 from pipeline.writer import MAX_SEQ_LENGTH
-from stages import STAGES, stage_class
+from stages import RegistryError, stage_class, stage_names
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -246,13 +247,18 @@ class OutputConfig(_Strict):
         return self
 
 
-def _stage_fields() -> dict[str, Any]:
+def _stage_fields(plugins: tuple[str, ...]) -> dict[str, Any]:
     # No default: parse_config fills a missing section with {} so that a
     # required key inside it is reported as "<stage>.<key>".
-    return {name: (stage_class(name).Config, ...) for name in STAGES}
+    return {name: (stage_class(name, plugins).Config, ...) for name in stage_names(plugins)}
 
 
 class _BuildBase(_Strict):
+    #: Modules (importable dotted names) that define more stages
+    #: (``stages.base.Stage`` subclasses with a ``name`` and an ``order``);
+    #: each gets its config section. Omitted from the resolved config when
+    #: empty. See docs/stages/adding_a_stage.md.
+    plugins: tuple[str, ...] = ()
     seed: int = 1234
     corpora_dir: str = "corpora"
     sources: dict[str, SourceConfig] = pydantic.Field(min_length=1)
@@ -261,15 +267,15 @@ class _BuildBase(_Strict):
     output: OutputConfig = pydantic.Field(default_factory=OutputConfig)
 
 
-_BuildConfigModel = None
+_MODELS: dict[tuple[str, ...], type] = {}
 
 
-def _model():
-    global _BuildConfigModel
-    if _BuildConfigModel is None:
-        _BuildConfigModel = pydantic.create_model(
-            "BuildConfig", __base__=_BuildBase, **_stage_fields())
-    return _BuildConfigModel
+def _model(plugins: tuple[str, ...] = ()):
+    """The ``BuildConfig`` model for the built-in stages plus ``plugins``'
+    (one model per plugin list, made once per process)."""
+    if plugins not in _MODELS:
+        _MODELS[plugins] = pydantic.create_model("BuildConfig", __base__=_BuildBase, **_stage_fields(plugins))
+    return _MODELS[plugins]
 
 
 def _cross_checks(cfg) -> list[str]:
@@ -283,7 +289,7 @@ def _cross_checks(cfg) -> list[str]:
         if missing:
             errors.append(f"mixture.weights: no weight for source(s) {', '.join(sorted(missing))} "
                           "(a token budget needs a weight for every source)")
-    errors += _stage_dependency_errors(cfg)
+    errors += contract_errors(cfg)
     ref = cfg.perplexity.reference_source
     if cfg.perplexity.enabled and ref is None:
         errors.append("perplexity.reference_source: required key is missing (the source whose documents train "
@@ -297,33 +303,14 @@ def _cross_checks(cfg) -> list[str]:
     return errors
 
 
-def _stage_dependency_errors(cfg) -> list[str]:
-    """One line per disabled stage that the build or an enabled stage needs
-    (from ``required_by_build`` and each enabled stage's ``requirements()``)."""
-    errors = []
-    enabled = [name for name in STAGES if getattr(cfg, name).enabled]
-    for name in STAGES:
-        if name in enabled:
-            continue
-        why = type(getattr(cfg, name)).required_by_build
-        if why:
-            errors.append(f"{name}.enabled: this stage cannot be turned off: {why}")
-            continue
-        readers = [(other, getattr(cfg, other).requirements()[name]) for other in enabled
-                   if name in getattr(cfg, other).requirements()]
-        if readers:
-            what = "; ".join(f"{other} reads its {reads}" for other, reads in readers)
-            optional = [other for other, _ in readers if not type(getattr(cfg, other)).required_by_build]
-            also = f", or disable {' and '.join(optional)} too" if optional else ""
-            errors.append(f"{name}.enabled: false, but {what}: enable {name}{also}")
-    return errors
-
-
-def _format_errors(exc: pydantic.ValidationError) -> list[str]:
+def _format_errors(exc: pydantic.ValidationError, always_on: dict[str, str]) -> list[str]:
     lines = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 2 and err["loc"][1] == "enabled" \
+                and str(err["loc"][0]) in always_on:
+            lines.append(f"{key}: this stage cannot be turned off: {always_on[str(err['loc'][0])]}")
+        elif err["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key")
         elif err["type"] == "missing":
             lines.append(f"{key}: required key is missing")
@@ -353,15 +340,42 @@ def parse_config(data: dict[str, Any], origin: str = "<config>"):
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: the config must be a mapping, not {type(data).__name__}")
-    data = {**{name: {} for name in STAGES}, **data}
+    plugins = data.get("plugins") or ()
+    if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
+        raise ConfigError(f"{origin}: plugins: a list of module names (got {plugins!r:.60})")
+    plugins = tuple(plugins)
     try:
-        cfg = _model().model_validate(data)
+        names = stage_names(plugins)
+        model = _model(plugins)
+    except RegistryError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    always_on = {name: getattr(stage_class(name, plugins).Config, "required_by_build", None) for name in names}
+    always_on = {name: why for name, why in always_on.items() if why}
+    data = {**{name: {} for name in names}, **data, "plugins": plugins}
+    try:
+        cfg = model.model_validate(data)
     except pydantic.ValidationError as exc:
-        raise ConfigError("\n".join(f"{origin}: {line}" for line in _format_errors(exc))) from None
+        raise ConfigError("\n".join(f"{origin}: {line}" for line in _format_errors(exc, always_on))) from None
     errors = _cross_checks(cfg)
     if errors:
         raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
     return cfg
+
+
+def preflight(cfg, origin: str = "<config>") -> None:
+    """The config checks that need I/O (``Stage.preflight`` of every enabled
+    stage: a given KenLM model loads, ...), run once by the build after the
+    config is parsed and before any work. Validators themselves do no I/O, so
+    a config can be parsed (and cross to workers) without touching files.
+
+    Raises:
+        ConfigError: one line per problem, each naming its key.
+    """
+    plugins = tuple(cfg.plugins)
+    errors = [line for name in stage_names(plugins) if getattr(cfg, name).enabled
+              for line in stage_class(name, plugins).preflight(getattr(cfg, name))]
+    if errors:
+        raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
 
 
 def config_path_for(version: str, config_dir: Path = CONFIG_DIR) -> Path:
@@ -386,8 +400,13 @@ def load_config(path: Path):
 
 
 def config_dict(cfg) -> dict[str, Any]:
-    """The resolved config (every default filled in) as plain JSON-able data."""
-    return cfg.model_dump(mode="json")
+    """The resolved config (every default filled in) as plain JSON-able data;
+    ``plugins`` only when there are some (a build without plugins resolves
+    to what it did before the key existed)."""
+    out = cfg.model_dump(mode="json")
+    if not out.get("plugins"):
+        out.pop("plugins", None)
+    return out
 
 
 def config_hash(cfg) -> str:

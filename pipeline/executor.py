@@ -388,14 +388,17 @@ def fit_digest(facts: Any, work_dir: Path) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = "", fit: str = ""):
+def _stage(name: str, plugins: tuple[str, ...], config, ctx: StageContext, fingerprint: str = "", fit: str = ""):
     """The stage object of this worker process for (stage, config, context,
     fingerprint, fit digest): built once per process, so a model loaded by
-    ``process`` is reused across partitions. The fingerprint and the digest
-    of what the fit produced (:func:`fit_digest`) are part of the key, so a
-    second build in one process (or on a long-lived Ray worker) never reuses
-    an object that read another fit, even under an equal fingerprint."""
-    key = (name, config_json, ctx, fingerprint, fit)
+    ``process`` is reused across partitions. ``config`` is the stage's typed,
+    frozen config as the driver validated it (it crosses processes pickled:
+    never re-validated, so a worker runs exactly what the driver checked).
+    The fingerprint and the digest of what the fit produced
+    (:func:`fit_digest`) are part of the key, so a second build in one
+    process (or on a long-lived Ray worker) never reuses an object that read
+    another fit, even under an equal fingerprint."""
+    key = (name, plugins, config.model_dump_json(), ctx, fingerprint, fit)
     if key not in _STAGE_CACHE:
         from stages import stage_class
 
@@ -404,8 +407,7 @@ def _stage(name: str, config_json: str, ctx: StageContext, fingerprint: str = ""
         for old in _STAGE_CACHE.values():
             old.release()
         _STAGE_CACHE.clear()
-        cls = stage_class(name)
-        _STAGE_CACHE[key] = cls(cls.Config.model_validate_json(config_json), ctx)
+        _STAGE_CACHE[key] = stage_class(name, plugins)(config, ctx)
     return _STAGE_CACHE[key]
 
 
@@ -494,7 +496,8 @@ def process_partition(task: tuple) -> dict[str, Any]:
     A partition whose layer already exists (a resumed build) is only counted.
 
     Args:
-        task: (stage name, stage config as JSON, context, input
+        task: (stage name, plugin modules, the stage's typed config (the
+            frozen model, pickled), context, input
             :class:`stages.base.PartitionRef`, output path, stage fingerprint,
             batch bytes: a row-independent stage is called on consecutive
             batches of about this much text, see :func:`row_batches`; fit
@@ -506,12 +509,13 @@ def process_partition(task: tuple) -> dict[str, Any]:
 
     Raises:
         RuntimeError: the stage broke its contract (rows added, removed or
-            reordered; ``keep``/``reason`` missing).
+            reordered; ``keep``/``reason`` missing; a column added that its
+            ``Stage.columns`` does not declare, or a declared one missing).
     """
-    name, config_json, ctx, ref, out_path, fingerprint, batch_bytes, fit = task
+    name, plugins, config, ctx, ref, out_path, fingerprint, batch_bytes, fit = task
     out_path = Path(out_path)
     if not out_path.exists():
-        stage = _stage(name, config_json, ctx, fingerprint, fit)
+        stage = _stage(name, plugins, config, ctx, fingerprint, fit)
         table, rows = read_view(ref)
         stage.partition = ref.name
         try:
@@ -525,7 +529,13 @@ def process_partition(task: tuple) -> dict[str, Any]:
         for col in (KEEP, REASON):
             if col not in out.column_names:
                 raise RuntimeError(f"stage {name} returned no {col!r} column for {ref.name}")
-        write_table_atomic(layer_table(table, out, rows), out_path)
+        layer = layer_table(table, out, rows)
+        added = set(layer.column_names) - {ROW, KEEP, REASON, *EDITABLE_COLUMNS}
+        declared = set(type(stage).columns)
+        if added != declared:
+            raise RuntimeError(f"stage {name} broke its declared columns on {ref.name}: added "
+                               f"{sorted(added - declared)} undeclared, missing {sorted(declared - added)}")
+        write_table_atomic(layer, out_path)
     view, _ = read_view(ref.with_layer(out_path), ["source", "chars", KEEP, REASON], kept=False)
     counts = partition_counts(view)
     return {"counts": counts, "kept": sum(c["kept"] for c in counts.values())}

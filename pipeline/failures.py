@@ -20,16 +20,15 @@ def failure_line(exc: BaseException) -> str | None:
       ``cannot write <path>: No space left on device (ENOSPC)``
       (:func:`common.errors.os_error_line`); one raised with its own message
       and no errno (e.g. a source pattern that matches no file) is that message.
-    * ``stages.perplexity.ToolError``: the command, its exit status and the
+    * ``common.errors.ToolError``: the command, its exit status and the
       last lines of its stderr.
     * ``pipeline.writer.ShardWriteError``: the shard file and MindSpore's reason.
     * ``pipeline.executor.PartitionError`` whose first failed task failed in
       one of these ways: that line, then how many tasks failed.
     """
-    from common.errors import os_error_line
+    from common.errors import ToolError, os_error_line
     from pipeline.executor import PartitionError
     from pipeline.writer import ShardWriteError
-    from stages.perplexity import ToolError
 
     if isinstance(exc, PartitionError):
         index, first = exc.errors[0]

@@ -183,6 +183,7 @@ def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
 def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: dict[str, int],
                    ingest_counts: dict[str, Any], partitions: int, stage_reports: dict[str, Any],
                    accounting: dict[str, Any], assembled: dict[str, Any], run: dict[str, Any],
+                   tokenizer_facts: dict[str, Any], mixture_facts: dict[str, Any],
                    code: dict[str, Any] | None = None,
                    failed_files: list[dict[str, Any]] | None = None,
                    nul_removed: dict[str, int] | None = None) -> dict[str, Any]:
@@ -193,7 +194,12 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         quarantine: quarantined records by reason.
         ingest_counts: per source documents and characters read.
         partitions: number of ingest partitions.
-        stage_reports: stage -> ``{"per_source", "totals", "fit", "settings"}``.
+        stage_reports: stage -> ``{"per_source", "totals", "fit", "settings",
+            "warnings", "figures"}``.
+        tokenizer_facts: the fit facts of the stage that made the tokenizer
+            (the manifest's ``tokenizer``).
+        mixture_facts: the fit facts of the stage that planned the copies
+            (the manifest's ``mixture``).
         accounting: the checked accounting.
         assembled: ``pipeline.build.assemble_phase``'s result.
         run: run facts (``wall_seconds``, ``stage_seconds``, ``peak_rss``,
@@ -212,7 +218,7 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
 
     from pipeline.config import REPO_ROOT, config_hash
 
-    tok = stage_reports["tokenize"]["fit"]
+    tok = tokenizer_facts
     files = assembled["files"]
     manifest = {
         "manifest_format": MANIFEST_FORMAT,
@@ -231,9 +237,9 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
                       **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
         "tokenizer_report": assembled["tokenizer_report"],
-        "mixture": stage_reports["mixture"]["fit"],
+        "mixture": mixture_facts,
         **{k: assembled[k] for k in ("seq_length", "num_samples", "num_tokens", "columns", "packing", "shards",
-                                     "layout")},
+                                     "layout", "lineage_columns")},
         "files": files,
     }
     manifest["run"] = {

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.manifest import load_manifest
+from stages.base import Figure
 
 REPORT = "report.html"
 
@@ -113,10 +114,11 @@ def funnel(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # Fixed histogram bins, so a version of any size is summarised one part at a
-# time: log10 characters 0..8, language score 0..1, log10 perplexity 0..6.
+# time: log10 characters 0..8, language score 0..1, and the default bins of a stage's
+# column histogram (log10 of the value 0..6, e.g. perplexity; else 0..1).
 LENGTH_BINS = np.linspace(0.0, 8.0, 41)
 SCORE_BINS = np.linspace(0.0, 1.0, 41)
-PERPLEXITY_BINS = np.linspace(0.0, 6.0, 31)
+LOG10_BINS = np.linspace(0.0, 6.0, 31)
 
 
 def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: int = 3,
@@ -127,7 +129,8 @@ def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: in
     Returns:
         ``{"final_langs": Counter, "dropped_langs": {stage: Counter},
         "length_hist", "score_hist" (int64 counts over LENGTH_BINS /
-        SCORE_BINS), "perplexity_hist": {lang: counts over PERPLEXITY_BINS},
+        SCORE_BINS), "column_hists": {(column, group_by, log10, bins): {group:
+        counts}} for every ``column_histogram`` figure the stages declared,
         "examples": {stage: {reason: [{"id", "text"}]}} (the ``example_limit``
         smallest ids per reason)}``.
     """
@@ -136,10 +139,12 @@ def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: in
     stats: dict[str, Any] = {"final_langs": Counter(), "dropped_langs": {},
                              "length_hist": np.zeros(len(LENGTH_BINS) - 1, np.int64),
                              "score_hist": np.zeros(len(SCORE_BINS) - 1, np.int64),
-                             "perplexity_hist": {}, "examples": {}}
+                             "column_hists": {}, "examples": {}}
+    wanted = {_hist_key(f): f for f in stage_figures(manifest) if f.kind == "column_histogram" and f.column}
     for path in layout.table_parts(version_dir, layout.DOCUMENTS):
         names = pq.read_schema(path).names
-        cols = [c for c in ("chars", "langid_lang", "langid_score", "perplexity_value") if c in names]
+        extra = {c for f in wanted.values() for c in (f.column, f.group_by) if c}
+        cols = [c for c in dict.fromkeys(("chars", "langid_lang", "langid_score", *sorted(extra))) if c in names]
         t = pq.read_table(path, columns=cols)
         stats["final_langs"].update(_langs(t))
         if "chars" in cols:
@@ -148,14 +153,9 @@ def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: in
         if "langid_score" in cols:
             score = t["langid_score"].drop_null().to_numpy(zero_copy_only=False)
             stats["score_hist"] += np.histogram(score, SCORE_BINS)[0]
-        if "perplexity_value" in cols and "langid_lang" in cols:
-            valid = t.filter(pc.and_(pc.is_valid(t["perplexity_value"]), pc.greater(t["perplexity_value"], 0)))
-            for lang in set(valid["langid_lang"].to_pylist()):
-                sub = valid.filter(pc.equal(valid["langid_lang"], lang)) if lang is not None else \
-                    valid.filter(pc.is_null(valid["langid_lang"]))
-                values = np.log10(sub["perplexity_value"].to_numpy(zero_copy_only=False))
-                hist = stats["perplexity_hist"].setdefault(lang, np.zeros(len(PERPLEXITY_BINS) - 1, np.int64))
-                hist += np.histogram(np.clip(values, 0, 6), PERPLEXITY_BINS)[0]
+        for key, fig in wanted.items():
+            if fig.column in cols and (fig.group_by is None or fig.group_by in cols):
+                _add_column_hist(stats["column_hists"].setdefault(key, {}), t, fig)
     for stage in manifest["stage_order"]:
         langs: Counter = Counter()
         best: dict[str, list[tuple[str, str]]] = {}
@@ -177,6 +177,44 @@ def version_stats(version_dir: Path, manifest: dict[str, Any], example_limit: in
             chosen[reason] = rows
         stats["examples"][stage] = chosen
     return stats
+
+
+def stage_figures(manifest: dict[str, Any]) -> list[Figure]:
+    """Every figure the stages of ``manifest`` declared
+    (``stages.<name>.figures``, :class:`stages.base.Figure`), in stage order."""
+    return [Figure.from_json(f) for name in manifest.get("stage_order", [])
+            for f in (manifest["stages"][name].get("figures") or [])]
+
+
+def _bins(fig: Figure) -> np.ndarray:
+    if fig.bins:
+        return np.asarray(fig.bins, np.float64)
+    return LOG10_BINS if fig.log10 else SCORE_BINS
+
+
+def _hist_key(fig: Figure) -> tuple:
+    return (fig.column, fig.group_by, fig.log10, tuple(_bins(fig)))
+
+
+def _add_column_hist(hists: dict[Any, np.ndarray], t, fig: Figure) -> None:
+    """Add the values of ``fig.column`` in table ``t`` (one documents part) to
+    ``hists`` (group -> counts over the figure's bins); nulls are skipped, and
+    with ``log10`` values <= 0 too; values outside the bins are clipped in."""
+    edges = _bins(fig)
+    col = t[fig.column]
+    valid = pc.is_valid(col)
+    if fig.log10:
+        valid = pc.and_(valid, pc.greater(col, 0))
+    sub_t = t.filter(valid)
+    groups = sub_t[fig.group_by].to_pylist() if fig.group_by else [""] * sub_t.num_rows
+    values = sub_t[fig.column].to_numpy(zero_copy_only=False).astype(np.float64)
+    if fig.log10:
+        values = np.log10(values)
+    values = np.clip(values, edges[0], edges[-1])
+    for group in set(groups):
+        mask = np.fromiter((g == group for g in groups), bool, count=len(groups))
+        hist = hists.setdefault(group, np.zeros(len(edges) - 1, np.int64))
+        hist += np.histogram(values[mask], edges)[0]
 
 
 def per_language_funnel(stats: dict[str, Any], manifest: dict[str, Any]) -> dict[str, list[int]]:
@@ -250,23 +288,16 @@ def plot_funnel(versions: list[tuple[str, list[dict[str, Any]]]]) -> str:
 
 
 def plot_histograms(versions: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> str:
-    """Length, language score and dedup cluster size histograms of each
-    (name, stats, manifest)."""
+    """Length and language score histograms of each (name, stats, manifest)."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
     for name, stats, manifest in versions:
         for ax, counts, edges in ((axes[0], stats["length_hist"], LENGTH_BINS),
                                   (axes[1], stats["score_hist"], SCORE_BINS)):
             if counts.sum():
                 ax.hist(edges[:-1], bins=edges, weights=counts, alpha=0.5, label=name)
-        sizes = _cluster_sizes(manifest)
-        if sizes:
-            edges = np.arange(2, max(sizes) + 2)
-            axes[2].hist(sorted(sizes), bins=edges, weights=[sizes[k] for k in sorted(sizes)], alpha=0.5,
-                         label=name)
     axes[0].set_title("document length (log10 characters)")
     axes[1].set_title("language score (kept documents)")
-    axes[2].set_title("dedup cluster sizes (documents)")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
@@ -274,49 +305,44 @@ def plot_histograms(versions: list[tuple[str, dict[str, Any], dict[str, Any]]]) 
     return _svg(fig)
 
 
-def _cluster_sizes(manifest: dict[str, Any]) -> dict[int, int]:
-    """Cluster size -> clusters, from the dedup stage's facts."""
-    fit = ((manifest.get("stages") or {}).get("dedup") or {}).get("fit") or {}
-    return {int(k): int(v) for k, v in (fit.get("cluster_sizes") or {}).items() if int(k) > 1}
-
-
-def plot_perplexity(stats: dict[str, Any], manifest: dict[str, Any]) -> str | None:
-    if "perplexity" not in manifest["stages"]:
-        return None
-    by_lang = {lang: h for lang, h in stats["perplexity_hist"].items() if h.sum()}
-    if not by_lang:
-        return None
-    facts = manifest["stages"]["perplexity"]["fit"].get("languages", {})
+def plot_figure(fig_spec: Figure, stats: dict[str, Any]) -> str | None:
+    """Draw one stage-declared :class:`~stages.base.Figure` as SVG (None when
+    it has nothing to show: an empty histogram, no points)."""
     plt = _plt()
-    langs = sorted(by_lang, key=str)
-    fig, axes = plt.subplots(1, len(langs), figsize=(2.6 * len(langs), 2.6), squeeze=False)
-    for ax, lang in zip(axes[0], langs):
-        ax.hist(PERPLEXITY_BINS[:-1], bins=PERPLEXITY_BINS, weights=by_lang[lang], color="#4878a8")
-        for cut in (facts.get(lang, {}).get("bucket_cutoffs") or []):
-            ax.axvline(math.log10(cut), color="#c44", linestyle="--")
-        thr = facts.get(lang, {}).get("threshold")
-        if thr:
-            ax.axvline(math.log10(thr), color="black")
-        ax.set_title(f"{lang} (n={int(by_lang[lang].sum())})")
-        ax.set_xlabel("log10 perplexity")
-    fig.suptitle("perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold", y=1.08)
-    fig.tight_layout()
-    return _svg(fig)
-
-
-def plot_s_curve(manifest: dict[str, Any], config: dict[str, Any]) -> str | None:
-    dedup = config.get("dedup") or {}
-    b, r = dedup.get("num_bands"), dedup.get("rows_per_band")
-    if not b or not r:
+    if fig_spec.kind == "column_histogram":
+        by_group = {g: h for g, h in stats["column_hists"].get(_hist_key(fig_spec), {}).items() if h.sum()}
+        if not by_group:
+            return None
+        edges = _bins(fig_spec)
+        groups = sorted(by_group, key=str)
+        fig, axes = plt.subplots(1, len(groups), figsize=(2.6 * len(groups), 2.6), squeeze=False)
+        for ax, group in zip(axes[0], groups):
+            ax.hist(edges[:-1], bins=edges, weights=by_group[group], color="#4878a8")
+            key = "" if group is None else group
+            for style, marks in (("--", fig_spec.marks), ("-", fig_spec.strong_marks)):
+                for value in marks.get(key, []):
+                    if fig_spec.log10 and value <= 0:
+                        continue
+                    ax.axvline(math.log10(value) if fig_spec.log10 else value,
+                               color="#c44" if style == "--" else "black", linestyle=style)
+            ax.set_title(f"{group} (n={int(by_group[group].sum())})")
+            ax.set_xlabel(fig_spec.x_label)
+        fig.suptitle(fig_spec.title, y=1.08)
+        fig.tight_layout()
+        return _svg(fig)
+    if not fig_spec.x:
         return None
-    plt = _plt()
-    js = [i / 100 for i in range(101)]
     fig, ax = plt.subplots(figsize=(4.5, 3))
-    ax.plot(js, [1 - (1 - j ** r) ** b for j in js])
-    ax.axvline(dedup.get("jaccard_threshold", 0.8), color="#c44", linestyle="--")
-    ax.set_xlabel("Jaccard similarity J")
-    ax.set_ylabel("P(candidate pair)")
-    ax.set_title(f"LSH S-curve, {b} bands x {r} rows")
+    if fig_spec.kind == "bars":
+        ax.bar([str(v) for v in fig_spec.x], list(fig_spec.y), color="#4878a8")
+    else:
+        ax.plot(list(fig_spec.x), list(fig_spec.y))
+    for style, marks in (("--", fig_spec.marks), ("-", fig_spec.strong_marks)):
+        for value in marks.get("", []):
+            ax.axvline(value, color="#c44" if style == "--" else "black", linestyle=style)
+    ax.set_xlabel(fig_spec.x_label)
+    ax.set_ylabel(fig_spec.y_label)
+    ax.set_title(fig_spec.title)
     ax.grid(alpha=0.3)
     return _svg(fig)
 
@@ -380,13 +406,10 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     Raises:
         FileNotFoundError: a directory is not a published version.
     """
-    import yaml
-
     vdirs = [Path(version_dir)] + ([Path(compare_dir)] if compare_dir else [])
     manifests = [load_manifest(v) for v in vdirs]
     names = [m["version"] for m in manifests]
     m = manifests[0]
-    config = yaml.safe_load((vdirs[0] / "config.yaml").read_text(encoding="utf-8"))
     funnels = [funnel(x) for x in manifests]
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>corpus {_e(' vs '.join(names))}"
              f"</title><style>{CSS}</style></head><body>",
@@ -423,6 +446,12 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                  for lang, counts in per_language_funnel(stats[0], m).items()]
     parts.append(_table(["language"] + stages, lang_rows))
 
+    # what the stages said (FitResult.warnings)
+    warned = [(name, line) for name in m["stage_order"] for line in m["stages"][name].get("warnings") or []]
+    if warned:
+        parts.append(f"<h2 id='warnings'>Warnings ({len(warned)})</h2>")
+        parts.append("<ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(line)}</li>" for name, line in warned) + "</ul>")
+
     # drop reasons
     parts.append("<h2 id='drops'>Drop reasons</h2>")
     q = m.get("quarantine", {})
@@ -455,12 +484,10 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     # distributions
     parts.append("<h2 id='distributions'>Distributions</h2>")
     parts.append(plot_histograms(list(zip(names, stats, manifests))))
-    ppl = plot_perplexity(stats[0], m)
-    if ppl:
-        parts.append(ppl)
-    s_curve = plot_s_curve(m, config)
-    if s_curve:
-        parts.append(s_curve)
+    for fig_spec in stage_figures(m):
+        svg = plot_figure(fig_spec, stats[0])
+        if svg:
+            parts.append(svg)
 
     # mixture
     parts.append("<h2 id='mixture'>Mixture</h2>")

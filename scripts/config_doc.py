@@ -8,7 +8,8 @@ import json
 import pydantic
 
 from pipeline.config import ExecutorConfig, IngestConfig, OutputConfig, SourceConfig, _model
-from stages import STAGES, stage_class
+from pipeline.contract import providers
+from stages import stage_class, stage_names
 
 
 def rows(model: type[pydantic.BaseModel], prefix: str) -> list[str]:
@@ -41,13 +42,13 @@ lines = [
     "|---|---|---|",
 ]
 top = _model()
-for name in ("seed", "corpora_dir"):
+for name in ("plugins", "seed", "corpora_dir"):
     lines += [r for r in rows(top, "") if r.startswith(f"| `{name}`")]
 lines += rows(SourceConfig, "sources.<name>.")
 lines += rows(ExecutorConfig, "executor.")
 lines += rows(IngestConfig, "ingest.")
 lines += rows(OutputConfig, "output.")
-for stage in STAGES:
+for stage in stage_names():
     lines += rows(stage_class(stage).Config, f"{stage}.")
 
 # Stage dependencies, from what each stage's Config declares (``requires``,
@@ -70,20 +71,24 @@ lines += [
     "  (special tokens, byte alphabet, one merge);",
     "* sources named by `mixture.weights` and `perplexity.reference_source` (required while",
     "  perplexity is enabled);",
-    "* stage dependencies: a stage may be disabled (`<stage>.enabled: false`) only when no enabled",
-    "  stage reads it; the error names the stages that do.",
+    "* the stage contract (`pipeline.contract`): every column or artifact an enabled stage reads is",
+    "  provided by an earlier enabled stage, and what the assembly reads by some stage; a stage may be",
+    "  disabled (`<stage>.enabled: false`) only when nothing enabled reads it (the error names the",
+    "  stages that do), and a stage the assembly needs has no `enabled` key.",
     "",
-    "| stage | can be disabled | reads from earlier stages | when |",
+    "| stage | can be disabled | reads (provided by) | when |",
     "|---|---|---|---|",
 ]
-for stage in STAGES:
+who = providers()
+for stage in stage_names():
     config_cls = stage_class(stage).Config
     cases = [(config_cls.model_construct().requirements(), "always")]
     cases += [(config_cls.model_construct(**opts).requirements(), when)
               for name, opts, when in OPTION_REQUIREMENTS if name == stage]
-    why = config_cls.required_by_build
+    why = getattr(config_cls, "required_by_build", None)
     can = f"no: {why}" if why else "yes"
-    reads = [(f"`{dep}`: {what}", when) for needs, when in cases for dep, what in needs.items()] or [("nothing", "")]
+    reads = [(f"`{dep}` ({who.get(dep, 'base column')}): {what}", when)
+             for needs, when in cases for dep, what in needs.items()] or [("nothing", "")]
     for i, (text, when) in enumerate(reads):
         cells = [f"`{stage}`" if i == 0 else "", can if i == 0 else "", text, when]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

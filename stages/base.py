@@ -54,33 +54,48 @@ EDITABLE_COLUMNS = ("text", "chars")
 BASE_COLUMNS = ("id", "source", "file", "line", "text", "meta", "lang_hint", "chars")
 
 
-class StageConfig(pydantic.BaseModel):
-    """Base of every stage's typed config: unknown keys are an error.
-
-    A stage's config also declares what the stage needs from the rest of the
-    build, so that the build config is checked before any work
-    (``pipeline.config``): ``enabled: false`` on a stage that another enabled
-    stage reads, or on a stage no build can do without, is a config error
-    that names the dependency.
-    """
+class BaseStageConfig(pydantic.BaseModel):
+    """What every stage config shares: unknown keys are an error, the model is
+    frozen (it crosses to workers pickled, as it is: ``pipeline.executor``),
+    and it declares what the stage reads from the rest of the build."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    #: Earlier stages (in ``stages.STAGES`` order) whose columns this stage
-    #: reads: stage name -> what it reads and why, e.g. ``{"langid":
-    #: "langid_lang (...)"}``. A stage whose needs depend on its options
-    #: overrides :meth:`requirements` instead.
+    #: What this stage reads that earlier stages make: a column or artifact
+    #: name (see :attr:`Stage.columns`, :attr:`Stage.artifacts`) -> why, e.g.
+    #: ``{"langid_lang": "the rule thresholds follow the language"}``. The
+    #: build config is checked against every stage's declarations when it is
+    #: loaded (``pipeline.contract``): a name that no earlier enabled stage
+    #: provides is a one-line error naming both stages. A stage whose needs
+    #: depend on its options overrides :meth:`requirements` instead.
     requires: ClassVar[dict[str, str]] = {}
-    #: Why no build can do without this stage (the assembly reads its
-    #: columns), or None when it may be disabled.
-    required_by_build: ClassVar[str | None] = None
+
+    def requirements(self) -> dict[str, str]:
+        """What this stage, so configured, reads: column or artifact name ->
+        why (:attr:`requires` unless a stage overrides it)."""
+        return dict(self.requires)
+
+
+class StageConfig(BaseStageConfig):
+    """Base of a stage's typed config, for a stage a build may leave out
+    (``enabled: false``)."""
 
     enabled: bool = True
 
-    def requirements(self) -> dict[str, str]:
-        """The earlier stages this stage, so configured, reads: stage name ->
-        what it reads (:attr:`requires` unless a stage overrides it)."""
-        return dict(self.requires)
+
+class RequiredStageConfig(BaseStageConfig):
+    """Base of the config of a stage no build can do without (its outputs are
+    what the assembly packs: ``pipeline.contract.ASSEMBLY_REQUIRES``): it has
+    no ``enabled`` key (writing one is a config error saying why), and
+    :attr:`enabled` is always True."""
+
+    #: Why no build can do without this stage (shown when a config tries).
+    required_by_build: ClassVar[str] = "the assembly reads what it provides"
+
+    @property
+    def enabled(self) -> bool:
+        """Always True: the stage always runs."""
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,6 +317,119 @@ def read_kept(path: PartitionRef | Path | str, columns: list[str] | None = None)
     return read_view(path, columns, kept=True)[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A measurement column a stage adds to the document table.
+
+    Attributes:
+        dtype: the Arrow type, as Arrow prints it (``string``, ``float32``,
+            ``int64``, ``list<item: int32>``).
+        doc: what the value means, with its unit.
+        lineage: carried into every lineage segment of the version (and so
+            into ``lineage`` output: "why this document survived"); only small
+            scalar columns.
+        digits: decimals shown for a float column in lineage output (None:
+            as stored).
+    """
+
+    dtype: str
+    doc: str
+    lineage: bool = False
+    digits: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A chart a stage asks the version's report to draw, as data: the report
+    (``pipeline.report``) draws every stage's figures without knowing the
+    stage.
+
+    Attributes:
+        kind: ``curve`` (``x`` against ``y``), ``bars`` (``x`` labels, ``y``
+            heights) or ``column_histogram`` (a histogram of ``column`` over
+            the version's kept documents, one panel per value of
+            ``group_by``; log10 of the value when ``log10``).
+        title: the chart's title.
+        x_label, y_label: axis labels.
+        x, y: the points (``curve``, ``bars``).
+        column, group_by, log10: for ``column_histogram``.
+        bins: histogram bin edges (of log10 of the value when ``log10``);
+            empty: 0 to 6 in steps of 0.2 with ``log10``, else 0 to 1 in 40 bins.
+        marks: vertical dashed lines; for ``column_histogram`` per group:
+            ``{group: [values]}``, else ``{"": [values]}``.
+        strong_marks: solid vertical lines, same shape as ``marks``.
+    """
+
+    kind: str
+    title: str
+    x_label: str = ""
+    y_label: str = ""
+    x: tuple = ()
+    y: tuple = ()
+    column: str | None = None
+    group_by: str | None = None
+    log10: bool = False
+    bins: tuple = ()
+    marks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    strong_marks: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form (the manifest's ``stages.<name>.figures``)."""
+        out = dataclasses.asdict(self)
+        out["x"], out["y"], out["bins"] = list(self.x), list(self.y), list(self.bins)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Figure:
+        """Inverse of :meth:`to_json` (unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        for key in ("x", "y", "bins"):
+            kw[key] = tuple(kw.get(key, ()))
+        return cls(**kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What :meth:`Stage.fit` returns: all the rest of the build may know of
+    what a stage learned.
+
+    Attributes:
+        facts: JSON-able facts for the manifest (``stages.<name>.fit``);
+            nothing outside the stage reads them but people (and ``diff``).
+        warnings: one line each, for the run log (``[stage] WARNING ...``),
+            the manifest (``stages.<name>.warnings``) and the report: what a
+            user should know about this build (a language with no model, a
+            capped source).
+        artifacts: name -> file, relative to ``ctx.work_dir``, of each file
+            the stage declared in :attr:`Stage.artifacts` as a file (e.g.
+            ``tokenizer`` -> ``tokenizer.json``): the build publishes or
+            hands on these, never a path it guessed.
+        exports: name -> JSON-able value of each value the stage declared in
+            :attr:`Stage.artifacts` (e.g. ``pad_id``): what later phases may
+            read, by name.
+        figures: charts for the report (:class:`Figure`).
+    """
+
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    artifacts: dict[str, str] = dataclasses.field(default_factory=dict)
+    exports: dict[str, Any] = dataclasses.field(default_factory=dict)
+    figures: tuple[Figure, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form (stored in the stage's state file)."""
+        return {"facts": self.facts, "warnings": list(self.warnings), "artifacts": dict(self.artifacts),
+                "exports": dict(self.exports), "figures": [f.to_json() for f in self.figures]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FitResult:
+        """Inverse of :meth:`to_json`."""
+        return cls(facts=data.get("facts") or {}, warnings=tuple(data.get("warnings") or ()),
+                   artifacts=dict(data.get("artifacts") or {}), exports=dict(data.get("exports") or {}),
+                   figures=tuple(Figure.from_json(f) for f in data.get("figures") or ()))
+
+
 class Stage:
     """One pipeline stage. Subclasses set ``name`` and ``Config``.
 
@@ -312,7 +440,20 @@ class Stage:
     """
 
     name: ClassVar[str]
-    Config: ClassVar[type[StageConfig]] = StageConfig
+    Config: ClassVar[type[BaseStageConfig]] = StageConfig
+    #: Where the stage runs in a build: stages run in ascending ``order``
+    #: (built-in: langid 100, heuristics 200, perplexity 300, dedup 400,
+    #: tokenize 600, mixture 700; a new stage picks a free number between the
+    #: stages it runs between). Unique among the registered stages.
+    order: ClassVar[int]
+    #: The measurement columns :meth:`process` adds: name (prefixed by the
+    #: stage name) -> :class:`Column`. Another stage (or the assembly) may
+    #: read only columns some earlier stage declares here.
+    columns: ClassVar[dict[str, Column]] = {}
+    #: What :meth:`fit` hands on besides its facts: name -> ``"file: ..."``
+    #: (a file in :attr:`FitResult.artifacts`) or ``"value: ..."`` (a value in
+    #: :attr:`FitResult.exports`), with what it is.
+    artifacts: ClassVar[dict[str, str]] = {}
     #: The name of the partition :meth:`process` is called on
     #: (``part-FFFFF-NNNNN.parquet``, the same as ``PartitionRef.name`` of the
     #: refs ``fit`` saw), set by the executor before each call; None when
@@ -327,12 +468,12 @@ class Stage:
     #: needs the whole partition at once leaves it False.
     row_independent: ClassVar[bool] = False
 
-    def __init__(self, config: StageConfig, ctx: StageContext):
+    def __init__(self, config: BaseStageConfig, ctx: StageContext):
         self.config = config
         self.ctx = ctx
 
     @classmethod
-    def effective_settings(cls, config: StageConfig) -> dict[str, Any]:
+    def effective_settings(cls, config: BaseStageConfig) -> dict[str, Any]:
         """What shapes :meth:`process`'s output beyond ``config`` itself, as
         JSON-able data: the values the stage derives from its config and its
         built-in defaults (e.g. heuristics' thresholds per language after
@@ -341,10 +482,22 @@ class Stage:
         (``stages.<name>.settings``). Default: nothing (``{}``)."""
         return {}
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    @classmethod
+    def preflight(cls, config: BaseStageConfig) -> list[str]:
+        """Checks of ``config`` that need I/O (a file it names exists and
+        loads), run once in the driver after the config is parsed and before
+        any work (``pipeline.config.preflight``); config validators do no
+        I/O. Returns one line per problem, starting with the key
+        (``perplexity.models.en: ...``). Default: none."""
+        return []
+
+    def fit(self, partitions: Partitions) -> FitResult:
         """Learn what the stage needs from all its input, write it under
-        ``ctx.work_dir`` and return facts for the manifest (JSON-able)."""
-        return {}
+        ``ctx.work_dir`` and return what the build may know of it
+        (:class:`FitResult`: manifest facts, warnings, declared artifacts and
+        exports, figures). Load models here, not in the config's validators:
+        a config is checked (and crosses processes) without I/O."""
+        return FitResult()
 
     def process(self, table: pa.Table) -> pa.Table:
         """Return ``table`` with this stage's columns, ``keep`` and ``reason``."""

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pydantic
 
-from stages.base import Stage, StageConfig, with_decision
+from stages.base import Column, Stage, StageConfig, with_decision
 from stages.text import PARAGRAPH_BREAK_RE, half_width_alnum
 
 # lid.176 labels merged into one code; the script is recorded separately.
@@ -332,7 +332,16 @@ class LangIdStage(Stage):
 
     row_independent = True
     name = "langid"
+    order = 100
     Config = Config
+    columns = {
+        "langid_lang": Column("string", "language code (lid.176 label, e.g. en, zh), null when unknown",
+                              lineage=True),
+        "langid_score": Column("double", "the model's probability of that language, 0..1", lineage=True,
+                               digits=2),
+        "langid_script": Column("string", "Hans or Hant for zh, else null"),
+        "langid_top": Column("string", "JSON [[code, score], ...], best first, scores to 4 decimals"),
+    }
 
     def process(self, table: pa.Table) -> pa.Table:
         """Identify the language of each document of ``table`` (n rows)."""

@@ -60,7 +60,7 @@ import pyarrow.parquet as pq
 import pydantic
 
 from common.spill import forget, read_bucket, write_buckets
-from stages.base import Partitions, Stage, StageConfig, with_decision
+from stages.base import Column, FitResult, Partitions, RequiredStageConfig, Stage, with_decision
 from stages.packing import id_hash
 
 REASON_NOT_SAMPLED = "mixture.not_sampled"
@@ -70,7 +70,7 @@ REASON_NOT_SAMPLED = "mixture.not_sampled"
 _MAX_FILL_PASSES = 64
 
 
-class Config(StageConfig):
+class Config(RequiredStageConfig):
     """Mixture stage config (unknown keys are an error).
 
     Attributes:
@@ -92,7 +92,7 @@ class Config(StageConfig):
             (see the module docstring).
     """
 
-    requires = {"tokenize": "tokenize_num_tokens (the budget and the weights count tokens)"}
+    requires = {"tokenize_num_tokens": "the budget and the weights count tokens"}
     required_by_build = "the assembly packs the copies it chooses (mixture_repeats)"
 
     token_budget: int | None = pydantic.Field(None, gt=0)
@@ -538,9 +538,17 @@ class MixtureStage(Stage):
 
     row_independent = True
     name = "mixture"
+    order = 700
     Config = Config
+    columns = {
+        "mixture_repeats": Column("int32", "copies of the document in the output (0: dropped)", lineage=True),
+    }
+    artifacts = {
+        "planned_tokens": "value: tokens of every copy the mixture chose (what the assembly must pack)",
+        "target_shares": "value: source -> target share of tokens (the report's realized-against-target)",
+    }
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    def fit(self, partitions: Partitions) -> FitResult:
         """Plan the mixture over all kept documents; write ``plan.json`` and
         ``extra.parquet`` (module docstring). Driver memory: one hash range
         (at most :data:`RECORDS_PER_RANGE` documents) and the summaries
@@ -612,7 +620,11 @@ class MixtureStage(Stage):
         total = int(sum(f["realized_tokens"] for f in facts.values()))
         target_total = int(sum(f["target_tokens"] for f in facts.values()))
         budget = self.config.token_budget
-        return {
+        warnings = tuple(
+            f"source {src} is capped by mixture.max_epochs: target share {f.get('target_share', 0):.3f} after "
+            "rescaling (its weight asked for more than max_epochs x its tokens)"
+            for src, f in facts.items() if f.get("capped"))
+        return FitResult(facts={
             "token_budget": budget,
             "realized_tokens": total,
             "target_tokens": target_total,
@@ -621,7 +633,8 @@ class MixtureStage(Stage):
             "budget_shortfall_tokens": max(0, budget - target_total) if budget else 0,
             "max_share_error_pp": max((abs(f["share_error_pp"]) for f in facts.values()), default=0.0),
             "per_source": facts,
-        }
+        }, warnings=warnings, exports={"planned_tokens": total,
+                                       "target_shares": {src: f.get("target_share") for src, f in facts.items()}})
 
     def _plan(self) -> tuple[dict[str, Any], set[str]]:
         if getattr(self, "_loaded", None) is None:

@@ -41,7 +41,8 @@ import pyarrow.compute as pc
 import pydantic
 
 from common.errors import naming_path
-from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
+from common.errors import ToolError
+from stages.base import Column, Figure, FitResult, Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
 REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
@@ -138,7 +139,7 @@ class Config(StageConfig):
             for a full training (its README suggests 1e6-1e7 sentences).
     """
 
-    requires = {"langid": "langid_lang (one KenLM model and one threshold per language)"}
+    requires = {"langid_lang": "one KenLM model and one threshold per language"}
 
     reference_source: str | None = None
     order: int = 5
@@ -155,18 +156,6 @@ class Config(StageConfig):
     sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
     sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
     models: dict[str, str] = {}
-
-    @pydantic.field_validator("models")
-    @classmethod
-    def _models_load(cls, value: dict[str, str]) -> dict[str, str]:
-        # Checked when the config is loaded, before any work: a path that is
-        # missing or not a KenLM ARPA/binary model stops the build here.
-        for lang, path in value.items():
-            try:
-                load_model(str(path))
-            except RuntimeError as exc:
-                raise ValueError(f"perplexity.models.{lang}: {exc}") from None
-        return value
 
     @pydantic.field_validator("order")
     @classmethod
@@ -597,40 +586,6 @@ def train_kenlm(sentences: Iterable[str], order: int, tools_dir: Path, cache_dir
     return model
 
 
-class ToolError(RuntimeError):
-    """An external tool (``lmplz``, ``build_binary``) failed.
-
-    ``str()`` is one line: the command, its exit status (or the signal that
-    killed it) and the last lines of its stderr, e.g. ``perplexity: lmplz
-    failed (exit 1): /repo/tools/bin/lmplz -o 5 ... ; stderr: ... | ...``.
-
-    Attributes:
-        command: the command line (list of str).
-        returncode: the exit status (negative: killed by that signal).
-        stderr_tail: its last non-empty stderr lines (at most
-            :data:`STDERR_TAIL_LINES`, each cut to 300 characters).
-    """
-
-    def __init__(self, command: list[str], returncode: int, stderr_tail: list[str]):
-        super().__init__(list(command), returncode, list(stderr_tail))
-        self.command, self.returncode, self.stderr_tail = list(command), returncode, list(stderr_tail)
-
-    def __str__(self) -> str:
-        import shlex
-        import signal
-
-        if self.returncode < 0:
-            try:
-                status = f"killed by {signal.Signals(-self.returncode).name}"
-            except ValueError:
-                status = f"killed by signal {-self.returncode}"
-        else:
-            status = f"exit {self.returncode}"
-        tail = " | ".join(self.stderr_tail) or "(no stderr)"
-        return (f"perplexity: {Path(self.command[0]).name} failed ({status}): {shlex.join(self.command)}; "
-                f"stderr: {tail}")
-
-
 #: stderr lines a :class:`ToolError` keeps (lmplz ends with its reason).
 STDERR_TAIL_LINES = 5
 
@@ -719,13 +674,35 @@ class PerplexityStage(Stage):
 
     row_independent = True
     name = "perplexity"
+    order = 300
     Config = Config
+    columns = {
+        "perplexity_value": Column("double", "KenLM perplexity of the document (per token, </s> per line); "
+                                   "null when its language has no model", lineage=True, digits=1),
+        "perplexity_bucket": Column("string", "head / middle / tail of the reference distribution; null when "
+                                    "unmeasured", lineage=True),
+    }
 
     def __init__(self, config: Config, ctx: StageContext):
         super().__init__(config, ctx)
         self._models_json: dict[str, Any] | None = None
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    @classmethod
+    def preflight(cls, config: Config) -> list[str]:
+        """A model given in ``models`` that is missing or not a KenLM
+        ARPA/binary file stops the build before any work (one line per
+        language); the models are loaded once here and again in ``process``."""
+        errors = []
+        for lang, path in config.models.items():
+            try:
+                load_model(str(path))
+            except RuntimeError as exc:
+                errors.append(f"perplexity.models.{lang}: {exc}")
+            finally:
+                _load_model.cache_clear()
+        return errors
+
+    def fit(self, partitions: Partitions) -> FitResult:
         """Train one tokenizer and model per language on the reference source;
         write ``ctx.work_dir/models.json``, ``ctx.work_dir/<lang>.binary`` and
         (tokenizer ``sentencepiece``) ``ctx.work_dir/<lang>.sentencepiece.model``.
@@ -830,8 +807,18 @@ class PerplexityStage(Stage):
                                   indent=2, sort_keys=True))
         os.replace(tmp, work_dir / "models.json")
         self._models_json = None
-        return {"reference_source": cfg.reference_source, "order": cfg.order,
-                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped}
+        warnings = tuple(f"language {lang}: no model ({why}); its documents are kept without a perplexity or "
+                         "bucket (give more reference text or perplexity.models)"
+                         for lang, why in sorted(skipped.items()))
+        figure = Figure(
+            kind="column_histogram", column="perplexity_value", group_by="langid_lang", log10=True,
+            title="perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold",
+            x_label="log10 perplexity",
+            marks={lang: list(f.get("bucket_cutoffs") or []) for lang, f in sorted(facts.items())},
+            strong_marks={lang: [f["threshold"]] for lang, f in sorted(facts.items()) if f.get("threshold")})
+        return FitResult(facts={"reference_source": cfg.reference_source, "order": cfg.order,
+                                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped},
+                         warnings=warnings, figures=(figure,))
 
     def release(self) -> None:
         """Drop the KenLM models and tokenizers cached in this process (the

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
 
-from stages.base import Partitions, Stage, StageConfig, read_kept, view_columns, with_decision
+from stages.base import Column, FitResult, Partitions, RequiredStageConfig, Stage, read_kept, view_columns, with_decision
 from stages.packing import id_hash
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -108,7 +108,7 @@ def pretokenize_pattern(cjk_max_run: int, max_run: int = 64) -> str:
             rf"|\s{{1,{cap}}}(?!\S)|\s{{1,{cap}}}")
 
 
-class Config(StageConfig):
+class Config(RequiredStageConfig):
     """Tokenize stage config (unknown keys are an error).
 
     Attributes:
@@ -243,7 +243,7 @@ class Config(StageConfig):
         """``train_language_weights`` draws the training sample by
         ``langid_lang``; otherwise nothing (``lang_hint`` or ``und`` serve)."""
         if self.train_language_weights is not None:
-            return {"langid": "langid_lang (train_language_weights draws the training sample by language)"}
+            return {"langid_lang": "train_language_weights draws the training sample by language"}
         return {}
 
     def special_tokens(self) -> list[str]:
@@ -732,14 +732,26 @@ class TokenizeStage(Stage):
 
     row_independent = True
     name = "tokenize"
+    order = 600
     Config = Config
+    columns = {
+        "tokenize_input_ids": Column("list<uint16> or list<int32>", "BPE ids of the document, then EOS "
+                                     "(uint16 when every id is below 65,536)"),
+        "tokenize_num_tokens": Column("int32", "tokens of the document, EOS included", lineage=True),
+        "tokenize_encoder_error": Column("string", "which encoder failed on the document and how; null"),
+    }
+    artifacts = {
+        "tokenizer": "file: the trained (or given) HF tokenizers file, published as tokenizer.json",
+        "pad_id": "value: the id of the pad token (best-fit packing fills gaps with it)",
+    }
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    def fit(self, partitions: Partitions) -> FitResult:
         """Train or load the tokenizer; write ``work_dir/tokenizer.json`` and
         ``work_dir/encoder.json`` (which encoder ``process`` uses).
 
         Returns:
-            ``{"tokenizer_sha256", "vocab_size" (entries, added tokens
+            A :class:`FitResult`: artifact ``tokenizer`` (the file), export
+            ``pad_id``, and the facts ``{"tokenizer_sha256", "vocab_size" (entries, added tokens
             included), "max_token_id", "token_id_dtype" (from the largest
             id), "special_token_ids": {pad, eos, bos}, "trained": bool,
             "training_chars", "training_documents", "training_chars_by_language",
@@ -767,12 +779,13 @@ class TokenizeStage(Stage):
         _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
         (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
         largest = max_token_id(tokenizer)
-        return {
+        special = _special_ids(tokenizer, config)
+        return FitResult(facts={
             "tokenizer_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
             "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
             "max_token_id": largest,
             "token_id_dtype": token_id_dtype(largest).name,
-            "special_token_ids": _special_ids(tokenizer, config),
+            "special_token_ids": special,
             "trained": config.tokenizer_path is None,
             "training_chars": counts["chars"],
             "training_documents": counts["documents"],
@@ -780,7 +793,7 @@ class TokenizeStage(Stage):
             "training_chars_by_source": dict(sorted(counts["by_source"].items())),
             "heldout_documents": counts["heldout_documents"],
             "encoder": encoder_facts,
-        }
+        }, artifacts={"tokenizer": TOKENIZER_FILE}, exports={"pad_id": special["pad"]})
 
     def _tokenizer(self):
         """(tokenizer, eos id, encoder, id dtype), loaded once per process;

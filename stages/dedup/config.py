@@ -90,7 +90,7 @@ class Config(StageConfig):
         ``perplexity_value``; otherwise nothing (``langid_lang`` is used when
         present, else ``lang_hint``)."""
         if self.keep == "lowest_perplexity":
-            return {"perplexity": "perplexity_value (keep: lowest_perplexity picks each cluster's keeper by it)"}
+            return {"perplexity_value": "keep: lowest_perplexity picks each cluster's keeper by it"}
         return {}
 
     @property

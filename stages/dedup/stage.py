@@ -47,7 +47,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from common.spill import forget
-from stages.base import Partitions, Stage, with_decision
+from stages.base import Column, Figure, FitResult, Partitions, Stage, with_decision
 from stages.dedup import cluster, components, exact, exchange, lines, lsh, signatures
 from stages.dedup.config import Config
 from stages.dedup.minhash import BAND_HASH_NAME, SHINGLE_HASH_NAME
@@ -56,6 +56,23 @@ REMOVED_DIR = "removed"
 _REMOVED_SCHEMA = pa.schema([("id", pa.string()), ("keeper", pa.string()), ("similarity", pa.float64()),
                              ("reason", pa.string())])
 LINES_DIR = "lines"
+
+
+def fit_figures(config: Config, sizes: dict[int, int]) -> tuple[Figure, ...]:
+    """The report's dedup charts: the LSH S-curve of ``config`` (P(candidate
+    pair) = 1 - (1 - J^r)^b against Jaccard similarity J, 101 points, the
+    threshold dashed) and, when a cluster has more than one document, the
+    cluster sizes (documents per cluster -> clusters)."""
+    b, r = config.num_bands, config.rows_per_band
+    js = [i / 100 for i in range(101)]
+    figures = [Figure(kind="curve", title=f"LSH S-curve, {b} bands x {r} rows", x_label="Jaccard similarity J",
+                      y_label="P(candidate pair)", x=tuple(js), y=tuple(1 - (1 - j ** r) ** b for j in js),
+                      marks={"": [config.jaccard_threshold]})]
+    multi = {k: v for k, v in sorted(sizes.items()) if int(k) > 1}
+    if multi:
+        figures.append(Figure(kind="bars", title="near-duplicate clusters", x_label="documents in cluster",
+                              y_label="clusters", x=tuple(str(k) for k in multi), y=tuple(multi.values())))
+    return tuple(figures)
 
 
 class DedupStage(Stage):
@@ -75,9 +92,18 @@ class DedupStage(Stage):
 
     row_independent = True
     name = "dedup"
+    order = 400
+    columns = {
+        "dedup_cluster": Column("string", "the cluster's keeper id (keeper included); null in no cluster",
+                                lineage=True),
+        "dedup_similarity": Column("double", "1.0 for an exact duplicate of the keeper, else estimated Jaccard "
+                                   "similarity to it; null for keepers and singletons", lineage=True, digits=3),
+        "dedup_lines_removed": Column("int64", "lines removed by line dedup (null when off)"),
+        "dedup_chars_removed": Column("int64", "characters removed by line dedup (null when off)"),
+    }
     Config = Config
 
-    def fit(self, partitions: Partitions) -> dict[str, Any]:
+    def fit(self, partitions: Partitions) -> FitResult:
         """Find duplicate clusters and lines over all partitions; write
         ``work_dir/removed/`` and ``work_dir/lines/``.
 
@@ -187,7 +213,7 @@ class DedupStage(Stage):
         shutil.rmtree(spill, ignore_errors=True)
         shutil.rmtree(signature_dir, ignore_errors=True)
 
-        return {
+        facts = {
             "exact_hash": exact.EXACT_HASH_NAME, "shingle_hash": SHINGLE_HASH_NAME, "band_hash": BAND_HASH_NAME,
             "line_hash": lines.LINE_HASH_NAME,
             "seed": config.seed, "num_perm": config.num_perm, "num_bands": config.num_bands,
@@ -209,6 +235,7 @@ class DedupStage(Stage):
             "signed_documents": signed, "empty_after_normalization": empty,
             **line_counts,
         }
+        return FitResult(facts=facts, figures=fit_figures(config, sizes))
 
     def _read_by_id(self, path: Path, ids: pa.ChunkedArray | pa.Array) -> pa.Table:
         """Rows of a Parquet file or directory (sorted by id) whose id is in

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pydantic
 
-from stages.base import Stage, StageConfig, with_decision
+from stages.base import Column, Stage, StageConfig, with_decision
 from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.presets import PRESETS, Thresholds
 from stages.heuristics.rules import INT_VALUES, RULES, VALUES, batch_counts, evaluate
@@ -42,7 +42,7 @@ class Config(StageConfig):
             (``max_bad_words``). Empty by default: the project ships no list.
     """
 
-    requires = {"langid": "langid_lang (the word segmenter and the rule thresholds follow the language)"}
+    requires = {"langid_lang": "the word segmenter and the rule thresholds follow the language"}
 
     thresholds: dict[str, Thresholds] = {}
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
@@ -114,6 +114,12 @@ class HeuristicsStage(Stage):
 
     row_independent = True
     name = "heuristics"
+    order = 200
+    columns = {
+        f"heuristics_{value}": Column("int64" if value in INT_VALUES else "double",
+                                      f"the {value.replace('_', ' ')} measure (null when no active rule of the "
+                                      "document's language needs it, or undefined)")
+        for value in VALUES}
     Config = Config
 
     @classmethod

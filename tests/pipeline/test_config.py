@@ -118,18 +118,24 @@ def test_disabled_perplexity_needs_no_reference_source_but_an_enabled_one_does()
 
 
 def test_every_declared_requirement_is_an_earlier_stage():
-    from stages import STAGES
+    from pipeline.contract import ASSEMBLY_REQUIRES, providers
+    from stages import stage_class, stage_names
 
-    order = list(STAGES)
+    order = stage_names()
+    who = providers()
     cfg = parse_config(_cfg(dedup={"keep": "lowest_perplexity"}, tokenize={"train_language_weights": {"en": 1}}))
     seen = {}
     for name in order:
         for needed in getattr(cfg, name).requirements():
-            assert needed in order[:order.index(name)], (name, needed)
-            seen[name] = needed
-    assert seen == {"heuristics": "langid", "perplexity": "langid", "dedup": "perplexity",
-                    "tokenize": "langid", "mixture": "tokenize"}
-    assert [n for n in order if type(getattr(cfg, n)).required_by_build] == ["tokenize", "mixture"]
+            assert who[needed] in order[:order.index(name)], (name, needed)
+            seen[name] = (needed, who[needed])
+    assert seen == {"heuristics": ("langid_lang", "langid"), "perplexity": ("langid_lang", "langid"),
+                    "dedup": ("perplexity_value", "perplexity"), "tokenize": ("langid_lang", "langid"),
+                    "mixture": ("tokenize_num_tokens", "tokenize")}
+    assert {what: who[what] for what in ASSEMBLY_REQUIRES} == {
+        "tokenize_input_ids": "tokenize", "mixture_repeats": "mixture", "tokenizer": "tokenize",
+        "pad_id": "tokenize", "planned_tokens": "mixture"}
+    assert [n for n in order if getattr(stage_class(n).Config, "required_by_build", None)] == ["tokenize", "mixture"]
 
 
 def test_seq_length_bounds_say_why():
@@ -258,7 +264,7 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     from pipeline.cli import output_table, summary_table
     from pipeline.lineage import format_lineage, lineage_for_document, lineage_for_step
     from pipeline.versions import verify_version
-    from stages import STAGES
+    from stages import stage_names
 
     data = {"seed": 3, "sources": small_sources, "executor": {"num_workers": 1},
             "perplexity": {"reference_source": "reference", "lmplz_memory": "64M"},
@@ -269,7 +275,7 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
     m = result.manifest
-    assert m["stage_order"] == [s for s in STAGES if s not in disabled] == list(m["stages"])
+    assert m["stage_order"] == [s for s in stage_names() if s not in disabled] == list(m["stages"])
     acc = m["accounting"]
     assert acc["documents_in"] == 120 + 20 + 2 == acc["kept"] + acc["dropped"] + acc["quarantined"]
     assert m["num_samples"] > 0 and (result.version_dir / "report.html").stat().st_size > 0

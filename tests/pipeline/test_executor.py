@@ -100,7 +100,7 @@ def _fit(ctx: StageContext, config: Config, part: PartitionRef) -> dict:
     if ctx.work_dir.exists():
         shutil.rmtree(ctx.work_dir)
     ctx.work_dir.mkdir(parents=True)
-    return TokenizeStage(config, ctx).fit(Partitions([part], mapper=lambda fn, items: [fn(i) for i in items]))
+    return TokenizeStage(config, ctx).fit(Partitions([part], mapper=lambda fn, items: [fn(i) for i in items])).facts
 
 
 def test_two_fits_under_one_fingerprint_do_not_share_a_cached_stage(tmp_path):
@@ -115,10 +115,8 @@ def test_two_fits_under_one_fingerprint_do_not_share_a_cached_stage(tmp_path):
     chinese = _partition(tmp_path / "zh.parquet",
                          [f"我们今天去北京，天气很好，数据清洗之后打包成样本 {i}" for i in range(40)])
     probe = _partition(tmp_path / "probe.parquet", ["the quick brown fox", "我们今天去北京"])
-    config_json = config.model_dump_json()
-
     def run(fit_key: str, out: Path) -> list[list[int]]:
-        task = ("tokenize", config_json, ctx, probe, str(out), "same-fingerprint", 1 << 20, fit_key)
+        task = ("tokenize", (), config, ctx, probe, str(out), "same-fingerprint", 1 << 20, fit_key)
         assert process_partition(task)["kept"] == 2
         return read_kept(probe.with_layer(out), ["tokenize_input_ids"])["tokenize_input_ids"].to_pylist()
 

@@ -28,7 +28,7 @@ from common.errors import naming_path, os_error_line
 from pipeline.config import REPO_ROOT
 from pipeline.executor import PartitionError
 from pipeline.failures import failure_line
-from stages.perplexity import ToolError
+from common.errors import ToolError
 
 SAMPLE = REPO_ROOT / "data" / "sample"
 

@@ -53,7 +53,7 @@ def _fit(tmp_path: Path, name: str, docs, splits, seed: int = 0, **config):
                        tools_dir=tmp_path)
     stage = MixtureStage(Config(**config), ctx)
     partitions = _partitions(tmp_path, docs, splits, name)
-    facts = stage.fit(partitions)
+    facts = stage.fit(partitions).facts
     return stage, facts, _repeats(stage, partitions)
 
 

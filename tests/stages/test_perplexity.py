@@ -71,7 +71,7 @@ def _fit(tmp: Path, cache: Path | None = None, **overrides) -> tuple[PerplexityS
                     "lmplz_memory": "64M", "tokenizer": "words", "sentencepiece_vocab_size": 100,
                     **overrides})
     stage = PerplexityStage(cfg, _ctx(tmp, cache))
-    return stage, stage.fit(_partitions(tmp))
+    return stage, stage.fit(_partitions(tmp)).facts
 
 
 def test_normalization_and_tokens():

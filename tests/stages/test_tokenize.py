@@ -72,7 +72,7 @@ def _table(texts: list[str | None]) -> pa.Table:
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tok")
     stage = _stage(tmp, "a")
-    facts = stage.fit(_write_partitions(tmp, _corpus(), [25]))
+    facts = stage.fit(_write_partitions(tmp, _corpus(), [25])).facts
     return stage, facts, tmp
 
 
@@ -148,14 +148,14 @@ def test_columns_types_and_empty(trained):
 def test_training_is_deterministic_and_partition_independent(trained, tmp_path):
     _, facts, _ = trained
     # Same documents, same order, cut into three partitions instead of two.
-    other = _stage(tmp_path, "b").fit(_write_partitions(tmp_path, _corpus(), [10, 40]))
+    other = _stage(tmp_path, "b").fit(_write_partitions(tmp_path, _corpus(), [10, 40])).facts
     assert other["tokenizer_sha256"] == facts["tokenizer_sha256"]
 
 
 def test_train_max_chars_bounds_the_sample(tmp_path):
     texts = _corpus()
     stage = _stage(tmp_path, "m", train_max_chars=500)
-    facts = stage.fit(_write_partitions(tmp_path, texts, [30]))
+    facts = stage.fit(_write_partitions(tmp_path, texts, [30])).facts
     assert 0 < facts["training_chars"] <= 500
     assert facts["training_documents"] < len(texts)
 
@@ -164,7 +164,7 @@ def test_load_given_tokenizer(trained, tmp_path):
     stage, facts, _ = trained
     path = stage.ctx.work_dir / "tokenizer.json"
     loaded = _stage(tmp_path, "l", tokenizer_path=str(path))
-    got = loaded.fit(_write_partitions(tmp_path, ["unused"], []))
+    got = loaded.fit(_write_partitions(tmp_path, ["unused"], [])).facts
     assert got["tokenizer_sha256"] == facts["tokenizer_sha256"]
     assert got["trained"] is False and got["training_chars"] == 0
     text = "数据清洗 data 42"
@@ -246,7 +246,7 @@ def _wide_tokenizer(path: Path) -> Path:
 def test_largest_id_not_entry_count_sets_the_dtype_and_ids_round_trip(tmp_path):
     path = _wide_tokenizer(tmp_path / "wide.json")
     stage = _stage(tmp_path, "wide", tokenizer_path=str(path))
-    facts = stage.fit(_write_partitions(tmp_path, ["the quick brown fox", "hello world"], []))
+    facts = stage.fit(_write_partitions(tmp_path, ["the quick brown fox", "hello world"], [])).facts
     assert facts["vocab_size"] == 299 and facts["max_token_id"] == 70_298
     assert facts["token_id_dtype"] == "int32"
     assert facts["encoder"]["encoder"] == "tiktoken"
@@ -317,7 +317,7 @@ def _uncapped_tokenizer(trained, path: Path) -> Path:
 def test_encoder_panic_falls_back_to_tokenizers_for_that_document_only(trained, tmp_path):
     path = _uncapped_tokenizer(trained, tmp_path / "gpt2-regex.json")
     stage = _stage(tmp_path, "fb", tokenizer_path=str(path))
-    facts = stage.fit(_write_partitions(tmp_path, _corpus(10), []))
+    facts = stage.fit(_write_partitions(tmp_path, _corpus(10), [])).facts
     assert facts["encoder"]["encoder"] == "tiktoken"
     spaces = "x" + " " * 1_000_000 + "y"
     texts = ["hello world", spaces, "数据清洗"]
@@ -372,14 +372,14 @@ def test_language_weights_balance_the_sample(tmp_path):
     parts = Partitions([path], mapper=lambda fn, items: [fn(i) for i in items])
     stage = _stage(tmp_path, "bal", vocab_size=300, train_max_chars=2000, heldout_fraction=0.0,
                    train_language_weights={"zh": 3, "en": 1})
-    facts = stage.fit(parts)
+    facts = stage.fit(parts).facts
     by_lang = facts["training_chars_by_language"]
     # Targets: zh 1500, en 500 characters; whole 100-character documents only.
     assert 1000 <= by_lang["zh"] <= 1500 and 200 <= by_lang["en"] <= 500
     assert by_lang["zh"] > 2 * by_lang["en"]
     # A language left out of the weights does not train at all.
     only_zh = _stage(tmp_path, "bal2", vocab_size=300, train_max_chars=2000, heldout_fraction=0.0,
-                     train_language_weights={"zh": 1}).fit(parts)
+                     train_language_weights={"zh": 1}).fit(parts).facts
     assert set(only_zh["training_chars_by_language"]) == {"zh"}
 
 

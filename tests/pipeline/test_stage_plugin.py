@@ -1,0 +1,131 @@
+"""A stage added as one module plus a config section (docs/stages/adding_a_stage.md):
+the example stage docs/examples/digits_stage.py runs inside a real build, in
+worker processes, and the stage contract is checked at config load and at run time."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.config import REPO_ROOT, ConfigError, parse_config
+
+EXAMPLES = REPO_ROOT / "docs" / "examples"
+
+# Documents whose fate is known: two English sentences (20 copies each), one
+# table of numbers (48 digits of 66 non-space characters = 0.727: dropped),
+# one Python snippet full of numbers (21 of 39 = 0.538, but the source
+# declares lang code, which the stage skips: kept).
+PROSE = ["The quick brown fox jumps over the lazy dog while the farmer watches from the old wooden fence.",
+         "A small boat drifted down the quiet river as the evening light faded behind the distant hills."]
+TABLE = "year north south east\n2024 1187 3342 9981\n2025 1203 3391 9902\n2026 1255 3402 9876"
+CODE = "x = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]"
+
+
+@pytest.fixture()
+def plugin_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    yield EXAMPLES
+    sys.modules.pop("digits_stage", None)
+
+
+def _config(tmp_path: Path, **extra) -> dict:
+    web = tmp_path / "web.jsonl"
+    web.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*PROSE * 20, TABLE]), encoding="utf-8")
+    code = tmp_path / "code.jsonl"
+    code.write_text(json.dumps({"text": CODE}) + "\n", encoding="utf-8")
+    return {"seed": 5, "plugins": ["digits_stage"],
+            "sources": {"web": {"paths": [str(web)]}, "code": {"paths": [str(code)], "lang": "code"}},
+            "executor": {"num_workers": 2}, "heuristics": {"enabled": False}, "perplexity": {"enabled": False},
+            "dedup": {"enabled": False}, "langid": {"allowed_languages": ["en", "code"]},
+            "tokenize": {"vocab_size": 300}, "output": {"seq_length": 16}, **extra}
+
+
+def test_digit_share_values(plugin_path):
+    from digits_stage import digit_share
+
+    assert digit_share(TABLE) == pytest.approx(48 / 66)
+    assert digit_share(CODE) == pytest.approx(21 / 39)
+    assert digit_share("２０２４年") == pytest.approx(4 / 5)  # full-width digits count
+    assert digit_share("   ") is None
+
+
+def test_a_plugin_stage_runs_in_a_build(plugin_path, tmp_path):
+    from pipeline.build import build
+    from pipeline.lineage import format_document_lineage, lineage_for_document
+
+    data = _config(tmp_path)
+    cfg = parse_config(data)
+    assert cfg.digits.max_digit_share == 0.3 and cfg.digits.enabled
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    assert m["stage_order"] == ["langid", "digits", "tokenize", "mixture"]
+    assert m["stages"]["digits"]["totals"]["dropped"] == {"digits.too_many": 1}
+    assert m["stages"]["digits"]["totals"]["kept"] == 41          # 40 prose + the skipped code document
+    assert m["accounting"]["documents_in"] == 42
+    assert {"name": "digits_share", "stage": "digits", "digits": 3} in m["lineage_columns"]
+    # the published config names the plugin, so the version can be rebuilt from it
+    assert yaml.safe_load((result.version_dir / "config.yaml").read_text())["plugins"] == ["digits_stage"]
+    code_id = "code:" + str(tmp_path / "code.jsonl") + ":1"
+    found = lineage_for_document(result.version_dir, code_id, global_batch=2)
+    assert found["document"]["digits_share"] == pytest.approx(21 / 39)
+    assert "digits share 0.538" in format_document_lineage(found)
+
+
+def test_plugin_requirements_are_checked_at_load(plugin_path, tmp_path):
+    data = _config(tmp_path, langid={"enabled": False})
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, origin="c.yaml")
+    assert str(exc.value) == ("c.yaml: langid.enabled: false, but digits reads its langid_lang (code (and "
+                              "other skipped languages) keep their digits): enable langid, or disable digits too")
+    with pytest.raises(ConfigError, match=r"c.yaml: digits.max_digit_share: Input should be less than or equal to 1"):
+        parse_config(_config(tmp_path, digits={"max_digit_share": 2}), origin="c.yaml")
+    with pytest.raises(ConfigError, match=r"plugins: cannot import 'no_such_stage_module'"):
+        parse_config({**_config(tmp_path), "plugins": ["no_such_stage_module"]}, origin="c.yaml")
+
+
+def test_a_stage_that_breaks_its_declared_columns_stops_the_build(tmp_path, monkeypatch):
+    from pipeline.build import build
+    from pipeline.executor import PartitionError
+
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "liar_stage.py").write_text(textwrap.dedent('''
+        import pyarrow as pa
+        from stages.base import Column, Stage, StageConfig, with_decision
+
+        class LiarStage(Stage):
+            """Declares liar_score, adds liar_other."""
+            name = "liar"
+            order = 250
+            columns = {"liar_score": Column("double", "declared, never written")}
+
+            def process(self, table):
+                return with_decision(table, {"liar_other": pa.array([1.0] * table.num_rows)},
+                                     [None] * table.num_rows)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    data = {**_config(tmp_path), "plugins": ["liar_stage"], "executor": {"num_workers": 1}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises((PartitionError, RuntimeError), match=r"liar broke its declared columns.*"
+                                                          r"\['liar_other'\] undeclared, missing \['liar_score'\]"):
+        build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    sys.modules.pop("liar_stage", None)
+
+
+def test_two_stages_with_one_order_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "dup_stage.py").write_text(textwrap.dedent('''
+        from stages.base import Stage
+
+        class Dup(Stage):
+            name = "dup"
+            order = 100   # langid's
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"c.yaml: stages 'langid' and 'dup' share order 100"):
+        parse_config({**_config(tmp_path), "plugins": ["dup_stage"]}, origin="c.yaml")
+    sys.modules.pop("dup_stage", None)
