@@ -146,7 +146,7 @@ def run_dedup(paths: list[Path], work: Path, keep_outputs: bool = True, **config
     timer = PhaseTimer()
     try:
         t0 = time.process_time()
-        facts = DedupStage(Config(**config), ctx).fit(Partitions(paths, _serial))
+        facts = DedupStage(Config(**config), ctx).fit(Partitions(paths, _serial)).facts
         fit_s = time.process_time() - t0
         rss_fit = peak_rss_mb()
         worker = DedupStage(Config(**config), ctx)

@@ -125,7 +125,7 @@ def run(out_dir: Path, corpus: Path = CORPUS, limit: int | None = None, repeats:
         cfg = {**default.get("perplexity", {}), "reference_source": "debref"}
         ppl_stage = perplexity.PerplexityStage(perplexity.Config(**cfg), ctx)
         t0 = time.process_time()
-        fit = ppl_stage.fit(Partitions([path], lambda fn, items: [fn(i) for i in items]))
+        fit = ppl_stage.fit(Partitions([path], lambda fn, items: [fn(i) for i in items])).facts
         fit_cpu = time.process_time() - t0
         ppl_out, cpu = _run_stage(ppl_stage, ppl_in, repeats)
         results["stages"]["perplexity"] = {**_facts(ppl_in, cpu, _shares(ppl_out, "langid_lang")),

@@ -51,9 +51,12 @@ class Config(StageConfig):
 
     @pydantic.field_serializer("thresholds")
     def _only_given(self, thresholds: dict[str, Thresholds]) -> dict[str, dict[str, Any]]:
-        """Serialize only the fields each override gives: the stage config
-        travels to workers as JSON, and an override read back with every
-        field present would turn off every rule it does not name."""
+        """Serialize only the fields each override gives. An override is a
+        partial layer over the presets (a field it does not name is
+        inherited, a field it sets to null turns that rule off), so its JSON
+        form (the published ``config.yaml``, the config hash) lists only what
+        it sets: read back with every field present it would turn off every
+        rule it does not name. Workers get the model itself, pickled."""
         return {lang: t.model_dump(exclude_unset=True) for lang, t in thresholds.items()}
 
     def for_language(self, lang: str | None) -> Thresholds:

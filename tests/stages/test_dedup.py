@@ -74,7 +74,7 @@ def _run(tmp_path: Path, partitions: list[list[dict]], config: Config | None = N
                        tools_dir=tmp_path)
     config = config if config is not None else Config(**fields)
     stage = DedupStage(config, ctx)
-    facts = stage.fit(Partitions(paths, mapper=mapper or (lambda fn, items: [fn(i) for i in items])))
+    facts = stage.fit(Partitions(paths, mapper=mapper or (lambda fn, items: [fn(i) for i in items]))).facts
     worker = DedupStage(config, ctx)  # process() runs in a fresh instance
     outputs = []
     for p in paths:

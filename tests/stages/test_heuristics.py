@@ -348,11 +348,15 @@ def test_stage_columns_hold_every_value():
     assert out.schema.field("heuristics_unbroken_run").type == pa.int64()
 
 
-def test_overrides_survive_the_json_trip_to_the_workers(tmp_path):
-    """A build sends each stage config to its workers as JSON
-    (pipeline.executor._stage). An override must still change only the
-    fields it names there: the shipped config overrides two zh fields and
-    must keep the other 25 zh rules on."""
+@pytest.mark.parametrize("trip", ["pickle", "json"])
+def test_overrides_survive_the_trip_to_the_workers_and_the_published_config(tmp_path, trip):
+    """A build sends each stage config to its workers pickled
+    (pipeline.executor._stage); the published config.yaml is its JSON form,
+    read back when a version is rebuilt. After either trip an override must
+    still change only the fields it names: the shipped config overrides two
+    zh fields and must keep the other 25 zh rules on."""
+    import pickle
+
     import yaml
 
     from pipeline.config import REPO_ROOT
@@ -361,7 +365,8 @@ def test_overrides_survive_the_json_trip_to_the_workers(tmp_path):
     section = yaml.safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())["heuristics"]
     config = Config(**section)
     ctx = StageContext(work_dir=tmp_path, cache_dir=tmp_path, seed=0, tools_dir=tmp_path)
-    rebuilt = _stage("heuristics", config.model_dump_json(), ctx).config
+    sent = pickle.loads(pickle.dumps(config)) if trip == "pickle" else Config.model_validate_json(config.model_dump_json())
+    rebuilt = _stage("heuristics", (), sent, ctx).config
     for lang in ("zh", "en", "ja", "de", "code", "xx", None):
         assert rebuilt.for_language(lang) == config.for_language(lang), lang
     zh = rebuilt.for_language("zh")
