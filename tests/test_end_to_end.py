@@ -33,6 +33,18 @@ def _head_jsonl_zst(src: Path, dst: Path, n: int, step: int = 1) -> None:
     dst.write_text("".join(lines[::step][:n]), encoding="utf-8")
 
 
+def _code_files(dst: Path, n: int) -> None:
+    """The first ``n`` CPython files of the code sample written back as the
+    ``.py`` files they are (``meta.path`` without ``Lib/``, ``/`` as ``__``),
+    so the plain-text reader gets one document per file."""
+    dst.mkdir()
+    with open(SAMPLE / "code-cpython.jsonl.zst", "rb") as fh:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    for rec in map(json.loads, lines[:n]):
+        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
+        (dst / name).write_text(rec["text"], encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
@@ -45,9 +57,7 @@ def tiny(tmp_path_factory):
     _head_jsonl_zst(SAMPLE / "manuals-manpages.jsonl.zst", data / "manuals.jsonl", 12, step=28)
     ref = pq.read_table(SAMPLE / "reference-debref.parquet")
     pq.write_table(ref.slice(0, 45), data / "reference.parquet")
-    (data / "code").mkdir()
-    for path in sorted((SAMPLE / "code").glob("*.py"))[:4]:
-        shutil.copy(path, data / "code" / path.name)
+    _code_files(data / "code", 4)
     cfg = {
         "seed": 7,
         "sources": {

@@ -225,7 +225,7 @@ def small_corpus(root: Path) -> dict:
     """Sources of ~160 real documents (fortunes in five languages, Debian
     Reference pages, two Python files) under ``root``, for quick builds."""
     import io
-    import shutil
+    import json
 
     import pyarrow.parquet as pq
     import zstandard
@@ -237,8 +237,11 @@ def small_corpus(root: Path) -> dict:
         lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
     (data / "web.jsonl").write_text("".join(lines[::25][:120]), encoding="utf-8")
     pq.write_table(pq.read_table(sample / "reference-debref.parquet").slice(0, 20), data / "reference.parquet")
-    for path in sorted((sample / "code").glob("*.py"))[:2]:
-        shutil.copy(path, data / "code" / path.name)
+    with open(sample / "code-cpython.jsonl.zst", "rb") as fh:
+        code = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    for rec in map(json.loads, code[:2]):  # two CPython files, as the .py files they are
+        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
+        (data / "code" / name).write_text(rec["text"], encoding="utf-8")
     return {"web": {"paths": [str(data / "web.jsonl")]},
             "reference": {"paths": [str(data / "reference.parquet")]},
             "code": {"paths": [str(data / "code" / "*.py")], "format": "text", "lang": "code"}}
