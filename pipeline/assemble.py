@@ -978,7 +978,12 @@ class _NoTracker:
 def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, work_dir: Path | None = None,
                        partitions: int = 1, executor=None, pad_id: int = 0) -> dict[str, Any]:
     """Assemble a version from an in-memory table of final documents, as a
-    build does after its stages (for tests, benchmarks and tools).
+    build does after its stages. The build never calls it (it runs
+    :func:`assemble` from ``pipeline.build.assemble_phase``): it is how tests
+    drive that same :func:`assemble` on a hand-made table
+    (``tests/pipeline/test_assemble.py`` compares the result with the
+    in-memory reference of ``stages.packing``; ``tests/pipeline/test_lineage.py``
+    builds small versions with it).
 
     Args:
         docs: the final documents: the base columns (``id``, ``source``,

@@ -1,6 +1,5 @@
-"""Versions side by side: ``inspect``, ``diff`` and ``verify`` logic for the CLI.
+"""Versions side by side: ``diff`` and ``verify`` logic for the CLI.
 
-* :func:`inspect_version` - the facts of one version in one small dict.
 * :func:`diff_versions` - what changed between two versions: the resolved
   config (key by key), the counts (samples, tokens, accounting, per-stage kept,
   drops by reason, per-source mixture) and the documents added and removed per
@@ -45,32 +44,6 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 def _config(version_dir: Path) -> dict[str, Any]:
     path = version_dir / "config.yaml"
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
-
-
-def inspect_version(version_dir: str | Path) -> dict[str, Any]:
-    """The headline facts of a version.
-
-    Returns:
-        ``version``, ``config_hash``, ``code_commit``, ``seed``,
-        ``seq_length``, ``num_samples``, ``num_tokens``, ``columns``,
-        ``shards`` (count), ``accounting``, ``packing`` (method and token
-        counts, when recorded), ``mixture`` (per source: ``target_share``,
-        ``realized_share``, ``epochs``).
-
-    Raises:
-        FileNotFoundError: not a version directory.
-    """
-    m = load_manifest(Path(version_dir))
-    mixture = {s: {k: f.get(k) for k in ("target_share", "realized_share", "epochs")}
-               for s, f in m.get("mixture", {}).get("per_source", {}).items()}
-    return {
-        "version": m.get("version"), "config_hash": m.get("config_hash"), "code_commit": m.get("code_commit"),
-        "seed": m.get("seed"), "seq_length": m.get("seq_length"), "num_samples": m.get("num_samples"),
-        "num_tokens": m.get("num_tokens"), "columns": m.get("columns", {"input_ids": [m.get("seq_length", 0) + 1]}),
-        "shards": len(m.get("shards", [])), "accounting": m.get("accounting"),
-        "packing": {k: v for k, v in m.get("packing", {}).items() if k != "packed_per_source"},
-        "mixture": mixture,
-    }
 
 
 def _counts(m: dict[str, Any]) -> dict[str, Any]:
@@ -149,8 +122,9 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
     Returns:
         ``a``, ``b`` (version names); ``config``: ``{key: [a, b]}`` for every
         resolved-config key (dotted) whose value differs (None = absent);
-        ``counts``: ``{key: [a, b]}`` for every differing count (see
-        :func:`inspect_version`; mixture facts per source, drops per reason);
+        ``counts``: ``{key: [a, b]}`` for every differing count (samples,
+        tokens, shards, accounting, drops per reason, kept per stage, mixture
+        facts per source: :func:`_counts`);
         ``documents``: per source ``{"a", "b", "added", "removed",
         "added_examples", "removed_examples"}`` (kept documents by id; examples
         are the first :data:`DIFF_EXAMPLES` ids in id order); ``same_config``

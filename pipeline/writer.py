@@ -22,8 +22,8 @@ offsets and the file's base name (table ``SHARD_NAME``), no path or timestamp
 the ``.db`` names its data file, a shard must never be renamed; publish by
 renaming the whole version directory.
 
-MindSpore is imported inside the functions that need it, so that
-:func:`verify_shards` (and ``pipeline.lineage``) stay cheap to import.
+MindSpore is imported inside the functions that need it, so that this
+module stays cheap to import.
 """
 
 from __future__ import annotations
@@ -380,32 +380,3 @@ def write_shards(
             }
         )
     return shards
-
-
-def verify_shards(version_dir: str | Path, manifest: dict) -> list[str]:
-    """Names of the manifest's shards whose files do not match it.
-
-    A shard is named when its data file is missing or its SHA-256 differs from
-    ``sha256``, or when its ``.db`` index is missing or differs from
-    ``db_sha256`` (checked only when the manifest records it). Reads every byte
-    of every shard (~1-2 GB/s).
-
-    Args:
-        version_dir: the published version directory.
-        manifest: the parsed ``manifest.json`` (uses ``manifest["shards"]``).
-    Returns:
-        Shard names (as in the manifest), in manifest order; empty when all match.
-    Raises:
-        KeyError: the manifest has no ``shards`` or an entry lacks ``name``/``sha256``.
-    """
-    version_dir = Path(version_dir)
-    bad = []
-    for shard in manifest["shards"]:
-        path = version_dir / shard["name"]
-        db_path = Path(f"{path}.db")
-        ok = path.is_file() and db_path.is_file() and sha256_file(path) == shard["sha256"]
-        if ok and "db_sha256" in shard:
-            ok = sha256_file(db_path) == shard["db_sha256"]
-        if not ok:
-            bad.append(shard["name"])
-    return bad

@@ -54,8 +54,20 @@ def row(rec) -> dict:
     return {"text": rec["text"], "meta": meta}
 
 
-def write_jsonl_zst(path: Path, records) -> None:
-    data = "".join(json.dumps(row(r), ensure_ascii=False) + "\n" for r in records).encode()
+def code_row(rec) -> dict:
+    """A CPython file's row: :func:`row` plus ``licence`` (SPDX) and
+    ``sha256``, the hex digest of the text's UTF-8 bytes. The shared corpus
+    keeps these files' bytes unchanged, so it is also the digest of the file
+    in CPython's ``Lib/`` (checked against a CPython 3.11.7 install: all 50
+    equal)."""
+    out = row(rec)
+    out["meta"]["licence"] = "PSF-2.0"
+    out["meta"]["sha256"] = hashlib.sha256(rec["text"].encode("utf-8")).hexdigest()
+    return out
+
+
+def write_jsonl_zst(path: Path, records, make_row=row) -> None:
+    data = "".join(json.dumps(make_row(r), ensure_ascii=False) + "\n" for r in records).encode()
     path.write_bytes(zstandard.ZstdCompressor(level=19).compress(data))
 
 
@@ -94,12 +106,9 @@ def main(shared: Path, out: Path) -> None:
     })
     pq.write_table(table, out / "reference-debref.parquet", compression="zstd", compression_level=19)
 
-    code_dir = out / "code"
-    code_dir.mkdir(exist_ok=True)
+    # One record per CPython file, in the order of their Lib/ paths (the id order).
     code = pick(read(shared / "dev-code.jsonl.zst"), {"code": 50}, 30000)
-    for rec in code:
-        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
-        (code_dir / name).write_text(rec["text"], encoding="utf-8")
+    write_jsonl_zst(out / "code-cpython.jsonl.zst", code, code_row)
 
     counts = {"web": len(fortunes), "manuals": len(man), "books": len(kjv),
               "reference": len(ref), "code": len(code)}

@@ -214,12 +214,6 @@ def _code(label: str) -> str:
     return CHINESE_LABELS.get(code, code)
 
 
-def identify(text: str, config: Config) -> list[tuple[str, float]]:
-    """The document's languages with scores, best first (at most ``top_k``);
-    see :func:`identify_many`."""
-    return identify_many([text], config)[0]
-
-
 def identify_many(texts: list[str], config: Config) -> list[list[tuple[str, float]]]:
     """Each document's languages with scores, best first (at most ``top_k``).
 

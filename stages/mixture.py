@@ -388,7 +388,10 @@ def _facts(plan: dict[str, dict[str, Any]], documents: dict[str, int], available
 def plan_mixture(ids: list[str], sources: list[str], num_tokens: np.ndarray,
                  config: Config, seed: int) -> tuple[np.ndarray, dict[str, dict[str, Any]]]:
     """Repeats per document and the per-source facts, in memory (the stage
-    plans the same way one hash range at a time; this is its reference).
+    plans the same way one hash range at a time; this is its reference). The
+    build never calls it: ``tests/stages/test_mixture.py``
+    (``test_range_by_range_fit_equals_the_in_memory_plan``) checks that the
+    stage's ``fit`` gives the same copies and facts.
 
     Args:
         ids, sources: n document ids (unique) and their sources.

@@ -33,6 +33,18 @@ def _head_jsonl_zst(src: Path, dst: Path, n: int, step: int = 1) -> None:
     dst.write_text("".join(lines[::step][:n]), encoding="utf-8")
 
 
+def _code_files(dst: Path, n: int) -> None:
+    """The first ``n`` CPython files of the code sample written back as the
+    ``.py`` files they are (``meta.path`` without ``Lib/``, ``/`` as ``__``),
+    so the plain-text reader gets one document per file."""
+    dst.mkdir()
+    with open(SAMPLE / "code-cpython.jsonl.zst", "rb") as fh:
+        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    for rec in map(json.loads, lines[:n]):
+        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
+        (dst / name).write_text(rec["text"], encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
@@ -45,9 +57,7 @@ def tiny(tmp_path_factory):
     _head_jsonl_zst(SAMPLE / "manuals-manpages.jsonl.zst", data / "manuals.jsonl", 12, step=28)
     ref = pq.read_table(SAMPLE / "reference-debref.parquet")
     pq.write_table(ref.slice(0, 45), data / "reference.parquet")
-    (data / "code").mkdir()
-    for path in sorted((SAMPLE / "code").glob("*.py"))[:4]:
-        shutil.copy(path, data / "code" / path.name)
+    _code_files(data / "code", 4)
     cfg = {
         "seed": 7,
         "sources": {
@@ -97,13 +107,29 @@ def test_version_layout_and_accounting(tiny):
     acc = m["accounting"]
     # 300 fortunes + 1 duplicate + 1 bad line, 12 man pages, 45 reference pages, 4 code files
     assert acc["documents_in"] == 302 + 12 + 45 + 4
-    assert acc["documents_in"] == acc["kept"] + acc["dropped"] + acc["quarantined"]
-    assert m["quarantine"] == {"read.invalid_json": 1}
+    assert acc["quarantined"] == 1 and m["quarantine"] == {"read.invalid_json": 1}
     q = [json.loads(x) for x in (vdir / "quarantine.jsonl").read_text().splitlines()]
     assert q[0]["line"] == 302 and q[0]["reason"] == "read.invalid_json"
-    for name, rep in m["stages"].items():
-        tot = rep["totals"]
-        assert tot["documents_in"] == tot["kept"] + sum(tot["dropped"].values()), name
+    # Every readable input record, by the id its file and line give, is in exactly one
+    # place: documents/ (kept) or one stage's decisions/ (dropped).
+    data = (tiny["root"] / "data").resolve()
+    web = f"web:{data / 'web.jsonl'}"
+    inputs = ({f"{web}:{line}" for line in range(1, 302)}
+              | {f"manuals:{data / 'manuals.jsonl'}:{line}" for line in range(1, 13)}
+              | {f"reference:{data / 'reference.parquet'}:{row}" for row in range(1, 46)}
+              | {f"code:{path}:1" for path in (data / "code").glob("*.py")})
+    assert len(inputs) == 301 + 12 + 45 + 4
+    kept = pq.read_table(vdir / "documents", columns=["id"])["id"].to_pylist()
+    dropped = {}
+    for name in m["stage_order"]:
+        dec = pq.read_table(vdir / "decisions" / name, columns=["id", "reason"]).to_pylist()
+        assert not {d["id"] for d in dec} & (set(kept) | set(dropped)), name  # no document in two places
+        dropped.update((d["id"], d["reason"]) for d in dec)
+    assert len(set(kept)) == len(kept) and set(kept) | set(dropped) == inputs
+    assert m["stages"]["langid"]["totals"]["documents_in"] == 301 + 12 + 45 + 4
+    # the planted copy (line 301 repeats line 6): one of the two is an exact duplicate, the other kept
+    assert sorted([dropped.get(f"{web}:6", "kept"), dropped.get(f"{web}:301", "kept")]) == [
+        "dedup.exact_duplicate", "kept"]
     # each stage's input is the previous stage's kept documents
     names = m["stage_order"]
     assert names == ["langid", "heuristics", "perplexity", "dedup", "tokenize", "mixture"]

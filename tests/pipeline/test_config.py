@@ -231,7 +231,7 @@ def small_corpus(root: Path) -> dict:
     """Sources of ~160 real documents (fortunes in five languages, Debian
     Reference pages, two Python files) under ``root``, for quick builds."""
     import io
-    import shutil
+    import json
 
     import pyarrow.parquet as pq
     import zstandard
@@ -243,8 +243,11 @@ def small_corpus(root: Path) -> dict:
         lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
     (data / "web.jsonl").write_text("".join(lines[::25][:120]), encoding="utf-8")
     pq.write_table(pq.read_table(sample / "reference-debref.parquet").slice(0, 20), data / "reference.parquet")
-    for path in sorted((sample / "code").glob("*.py"))[:2]:
-        shutil.copy(path, data / "code" / path.name)
+    with open(sample / "code-cpython.jsonl.zst", "rb") as fh:
+        code = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    for rec in map(json.loads, code[:2]):  # two CPython files, as the .py files they are
+        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
+        (data / "code" / name).write_text(rec["text"], encoding="utf-8")
     return {"web": {"paths": [str(data / "web.jsonl")]},
             "reference": {"paths": [str(data / "reference.parquet")]},
             "code": {"paths": [str(data / "code" / "*.py")], "format": "text", "lang": "code"}}
@@ -260,6 +263,8 @@ def small_sources(tmp_path_factory):
 # read it, then heuristics and dedup with langid and perplexity running.
 @pytest.mark.parametrize("disabled", [("langid", "heuristics", "perplexity"), ("heuristics", "dedup")])
 def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path, disabled):
+    import pyarrow.parquet as pq
+
     from pipeline.build import build
     from pipeline.cli import output_table, summary_table
     from pipeline.lineage import format_lineage, lineage_for_document, lineage_for_step
@@ -277,7 +282,17 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     m = result.manifest
     assert m["stage_order"] == [s for s in stage_names() if s not in disabled] == list(m["stages"])
     acc = m["accounting"]
-    assert acc["documents_in"] == 120 + 20 + 2 == acc["kept"] + acc["dropped"] + acc["quarantined"]
+    assert acc["documents_in"] == 120 + 20 + 2 and acc["quarantined"] == 0
+    assert {s: c["documents_in"] for s, c in m["ingest"]["per_source"].items()} == {
+        "web": 120, "reference": 20, "code": 2}
+    # every input record (id from its file and line) is kept or dropped by exactly one enabled stage
+    web, reference = (Path(small_sources[s]["paths"][0]).resolve() for s in ("web", "reference"))
+    inputs = ({f"web:{web}:{line}" for line in range(1, 121)} | {f"reference:{reference}:{row}" for row in range(1, 21)}
+              | {f"code:{path}:1" for path in Path(small_sources["code"]["paths"][0]).parent.glob("*.py")})
+    ids = pq.read_table(result.version_dir / "documents", columns=["id"])["id"].to_pylist()
+    ids += [i for name in m["stage_order"]
+            for i in pq.read_table(result.version_dir / "decisions" / name, columns=["id"])["id"].to_pylist()]
+    assert len(ids) == len(set(ids)) == 142 and set(ids) == inputs
     assert m["num_samples"] > 0 and (result.version_dir / "report.html").stat().st_size > 0
     assert verify_version(result.version_dir)["ok"]
     records = lineage_for_step(result.version_dir, 0, global_batch=2)

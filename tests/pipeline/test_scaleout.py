@@ -9,6 +9,7 @@ on 127.0.0.1) to it, or starts a head and a worker of its own without it.
 """
 
 import io
+import json
 import os
 import shutil
 import socket
@@ -38,9 +39,13 @@ def small(tmp_path_factory):
         lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
     (data / "web.jsonl").write_text("".join(lines[::25]), encoding="utf-8")
     shutil.copy(SAMPLE / "reference-debref.parquet", data / "reference.parquet")
+    # the first 3 files of the code sample as .py files: a glob of plain-text files, on disk and in S3
     (data / "code").mkdir()
-    for path in sorted((SAMPLE / "code").glob("*.py"))[:3]:
-        shutil.copy(path, data / "code" / path.name)
+    with open(SAMPLE / "code-cpython.jsonl.zst", "rb") as fh:
+        code = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    for rec in map(json.loads, code[:3]):
+        name = rec["meta"]["path"].removeprefix("Lib/").replace("/", "__")
+        (data / "code" / name).write_text(rec["text"], encoding="utf-8")
 
     def config(name: str, root_dir: str, executor: dict | None = None, storage: dict | None = None) -> str:
         src = {"root": root_dir, **({"storage_options": storage} if storage else {})}

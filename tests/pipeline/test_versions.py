@@ -16,7 +16,6 @@ from pipeline.manifest import sha256_file, write_manifest
 from pipeline.versions import (
     diff_versions,
     format_diff,
-    inspect_version,
     verify_version,
 )
 
@@ -120,14 +119,6 @@ def test_diff_lines_up_versions_split_into_different_numbers_of_parts(versions, 
     (many / "manifest.json").write_text(json.dumps(manifest))
     assert diff_versions(a, many)["documents"] == diff_versions(a, b)["documents"]
     assert diff_versions(many, a)["documents"] == diff_versions(b, a)["documents"]
-
-
-def test_inspect_version(versions):
-    _, a, _ = versions
-    facts = inspect_version(a)
-    assert facts["version"] == "v1" and facts["seq_length"] == 16
-    assert facts["columns"]["input_ids"] == [17] and facts["columns"]["actual_seq_len"][0] >= 2
-    assert facts["packing"]["method"] == "concat_split" and facts["shards"] >= 2
 
 
 def test_verify_fails_on_an_edited_manifest_and_names_a_corrupt_one_in_one_line(versions, tmp_path):

@@ -10,7 +10,6 @@ import pytest
 from pipeline.writer import (
     page_and_header_size,
     sha256_file,
-    verify_shards,
     write_shards,
 )
 
@@ -117,21 +116,6 @@ def test_rows_dropped_by_mindspore_raise(tmp_path, monkeypatch):
     monkeypatch.setattr(FileWriter, "write_raw_data", drop_last_row)
     with pytest.raises(RuntimeError, match="holds 4 rows after commit, expected 5"):
         write_shards(_samples(5), tmp_path)
-
-
-def test_verify_shards_names_the_changed_shard(tmp_path):
-    shards = write_shards(_samples(30), tmp_path, max_shard_bytes=10 * SEQ * 4)
-    manifest = {"shards": shards}
-    assert verify_shards(tmp_path, manifest) == []
-
-    path = tmp_path / shards[1]["name"]
-    data = bytearray(path.read_bytes())
-    data[len(data) // 3] ^= 0x01
-    path.write_bytes(bytes(data))
-    assert verify_shards(tmp_path, manifest) == [shards[1]["name"]]
-
-    Path(f"{tmp_path / shards[2]['name']}.db").unlink()
-    assert verify_shards(tmp_path, manifest) == [shards[1]["name"], shards[2]["name"]]
 
 
 def test_extra_column_is_stored_in_the_same_rows(tmp_path):

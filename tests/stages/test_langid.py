@@ -132,11 +132,11 @@ def test_script_tables_match_opencc_dictionaries(tmp_path, monkeypatch):
     assert "于" in committed["hans_weak"] and "于" not in committed["hans_only"]
 
 
-def test_identify_many_equals_identify_one_by_one():
+def test_identify_many_equals_one_document_at_a_time():
     config = Config()
     texts = [ENGLISH, "", "\n\n".join(CHINESE_LINES) + "\n\nClick here.", TRADITIONAL, "12345",
              "Das ist ein kurzer deutscher Satz über das Wetter."]
-    assert langid.identify_many(texts, config) == [langid.identify(t, config) for t in texts]
+    assert langid.identify_many(texts, config) == [langid.identify_many([t], config)[0] for t in texts]
     assert langid.identify_many([], config) == []
     with pytest.raises(TypeError, match="list of str"):
         langid.identify_many(["ok", None], config)
@@ -210,9 +210,9 @@ def test_full_width_english_is_english_and_surrogates_do_not_break_the_model():
     config = Config()
     full_width = "Ｔｈｉｓ ｉｓ ａ ｆｕｌｌ－ｗｉｄｔｈ Ｅｎｇｌｉｓｈ ｓｅｎｔｅｎｃｅ ａｂｏｕｔ ｔｈｅ ｗｅａｔｈｅｒ ｔｏｄａｙ．"
     # lid.176 on the raw full-width text says Kannada (kn 0.74).
-    assert langid.identify(full_width, config)[0][0] == "en"
+    assert langid.identify_many([full_width], config)[0][0][0] == "en"
     # letters and digits become ASCII; full-width punctuation stays (a Chinese cue)
     assert langid.model_text("Ｅｎｇｌｉｓｈ１２，中文（注）") == "English12，中文（注）\n"
     assert langid.model_text("\ud800abc") == "\ufffdabc\n"
-    top = langid.identify("\ud800" * 20 + "This is an English sentence about the weather.", config)
+    [top] = langid.identify_many(["\ud800" * 20 + "This is an English sentence about the weather."], config)
     assert top[0][0] == "en"
