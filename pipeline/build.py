@@ -9,7 +9,7 @@ phases, each a function that owns its outputs:
    size and mtime or ETag, so a resume reads no input again). Only when some
    source takes ids from a record field, a spilled pass quarantines repeated
    ids (:func:`quarantine_duplicate_ids`), without reading text.
-2. :func:`stages_phase`: each stage in ``stages.STAGES`` order: ``fit`` once
+2. :func:`stages_phase`: each stage in ``stages.registry()`` order: ``fit`` once
    in the driver, then ``process`` per partition on the executor. A stage
    writes only what it adds (a *layer* per partition: its measurements and
    decisions; ``stages.base.PartitionRef``), the text is stored once. Each

@@ -4,7 +4,7 @@ import difflib
 import importlib.util
 
 from pipeline.config import REPO_ROOT, ExecutorConfig, IngestConfig, OutputConfig, SourceConfig
-from stages import STAGES, stage_class
+from stages import stage_class, stage_names
 
 REFRESH = "PYTHONPATH=$PWD .venv/bin/python scripts/config_doc.py > docs/config.md"
 
@@ -29,7 +29,7 @@ def test_config_doc_has_a_row_for_every_key_of_every_config_model():
             if line.startswith("| `")}
     models = [(SourceConfig, "sources.<name>."), (ExecutorConfig, "executor."), (IngestConfig, "ingest."),
               (OutputConfig, "output.")]
-    models += [(stage_class(stage).Config, f"{stage}.") for stage in STAGES]
-    expected = {"seed", "corpora_dir"} | {prefix + name for model, prefix in models for name in model.model_fields}
+    models += [(stage_class(stage).Config, f"{stage}.") for stage in stage_names()]
+    expected = {"plugins", "seed", "corpora_dir"} | {prefix + name for model, prefix in models for name in model.model_fields}
     assert expected - rows == set()
     assert "sources.<name>.paths" in rows and "dedup.num_bands" in rows and "output.seq_length" in rows

@@ -1,4 +1,4 @@
-"""Deduplication (``stages.STAGES["dedup"] = "stages.dedup:DedupStage"``):
+"""Deduplication (the stage ``dedup``, ``stages.dedup.stage:DedupStage``):
 exact, MinHash-LSH near-duplicate and CCNet-style line dedup, global over
 every partition (docs/stages/dedup.md).
 
