@@ -16,20 +16,11 @@ from functools import lru_cache
 # Languages written (mostly) without spaces between words.
 CJK_LANGS = frozenset({"zh", "ja", "ko", "yue", "wuu"})
 
-# CJK Unified Ideographs (basic, Ext-A, Ext-B..Ext-I, compatibility), kana, hangul.
-_CJK_RANGES = (
-    (0x3040, 0x30FF),    # Hiragana, Katakana
-    (0x3400, 0x4DBF),    # CJK Ext-A
-    (0x4E00, 0x9FFF),    # CJK Unified Ideographs
-    (0xAC00, 0xD7AF),    # Hangul syllables
-    (0xF900, 0xFAFF),    # CJK Compatibility Ideographs
-    (0x20000, 0x323AF),  # CJK Ext-B .. Ext-H
-)
+# CJK ideographs (basic, Ext-A, Ext-B..Ext-H, compatibility), kana, hangul.
 CJK_CHAR_CLASS = (
     "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
     "\U00020000-\U000323af"
 )
-_CJK_RE = re.compile(f"[{CJK_CHAR_CLASS}]")
 # Full-width Latin letters and digits (U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A)
 # -> ASCII, one character for one (lengths and offsets are unchanged). jieba
 # splits "２０２４" into four words and stop-word lists are ASCII.
@@ -67,17 +58,6 @@ _WORD_RE = re.compile(
 # A token of rjieba is a word when it holds a letter or digit: [^\W_] is
 # exactly str.isalnum (re's \w is isalnum or "_").
 _ALNUM_SEARCH = re.compile(r"[^\W_]").search
-
-
-def is_cjk(ch: str) -> bool:
-    """True for one CJK ideograph, kana or hangul character."""
-    cp = ord(ch)
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-
-
-def cjk_count(text: str) -> int:
-    """Number of CJK characters (ideographs, kana, hangul) in ``text``."""
-    return len(_CJK_RE.findall(text))
 
 
 @lru_cache(maxsize=1)
