@@ -115,7 +115,7 @@ def make_lineage_version(root: Path, num_samples: int, mean_doc_tokens: int = 80
     """A version directory with only the lineage side (manifest, lineage,
     lineage_by_doc, documents) of ``num_samples`` samples, written in chunks."""
     from pipeline.assemble import LINEAGE_BY_DOC_ROW_GROUP, LINEAGE_ROW_GROUP
-    from stages.packing import shuffle_samples
+    from pipeline.packing import shuffle_samples
 
     vdir = root / f"lineage-v2-{num_samples}"
     if (vdir / "manifest.json").is_file():

@@ -2,7 +2,7 @@
 shards, lineage, documents and decisions as independent executor tasks.
 
 The output is what an in-memory assembly of the whole corpus would write
-(``stages.packing``: ``document_order``, ``pack``/``pack_best_fit``,
+(``pipeline.packing``: ``document_order``, ``pack``/``pack_best_fit``,
 ``document_boundaries``, ``shuffle_samples``), cut into files that separate
 tasks write. No process holds more than one partition, one bucket, one shard or
 one table part. Every exchange goes through bucketed spill files
@@ -15,7 +15,7 @@ assembly and a finished task is never redone):
 1. **emit** (one task per partition): reads the partition's final view once
    and spills (a) every copy of every kept document (``mixture_repeats``
    copies) with its tokens and lineage facts, to the *order bucket* of its
-   position key (``stages.packing.copy_keys``: key in ``[0, 1)``, bucket =
+   position key (``pipeline.packing.copy_keys``: key in ``[0, 1)``, bucket =
    ``floor(key * B)``, so buckets are consecutive ranges of the document
    order); (b) the kept documents, to their ``documents`` part (id hash);
    (c) each stage's dropped documents, to their ``decisions/<stage>`` part.
@@ -30,7 +30,7 @@ assembly and a finished task is never redone):
    packing within each order bucket (one bucket when the corpus is below
    ``order_bucket_tokens``: then exactly the in-memory result). Each sample is
    spilled to the *shuffle bucket* of its shuffle key
-   (``stages.packing.sample_shuffle_keys``, top bits), with its segments.
+   (``pipeline.packing.sample_shuffle_keys``, top bits), with its segments.
 3. **shards** (one task per shard): the written order is the samples sorted
    by shuffle key; shuffle bucket ``j`` holds a key range, so its samples take
    positions ``start_j ..`` (prefix sum of the bucket counts). A shard task
@@ -65,6 +65,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from common.errors import naming_path
+from common.hashing import id_hashes
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
 from pipeline.manifest import sha256_file
@@ -238,7 +239,7 @@ def _ends_lists(sample: np.ndarray, sample_end: np.ndarray, num_samples: int,
                 seq_length: int) -> tuple[np.ndarray, np.ndarray]:
     """Per sample, the ascending distinct document ends within the model input
     (``actual_seq_len`` before padding; see
-    ``stages.packing.document_boundaries``), the last always ``seq_length``.
+    ``pipeline.packing.document_boundaries``), the last always ``seq_length``.
 
     Returns:
         ``(offsets int32[num_samples + 1], values int32[...])``.
@@ -309,7 +310,7 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
         ``{"order": {bucket: [copies, tokens]}, "documents": rows,
         "decisions": {stage: rows}, "schemas": {table: base64 schema}}``.
     """
-    from stages.packing import copy_keys, id_hash
+    from pipeline.packing import copy_keys
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -323,7 +324,7 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
     # (a) copies to order buckets
     ids = table["id"].to_pylist()
     repeats = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
-    hashes = np.fromiter((id_hash(i, task["seed"]) for i in ids), dtype=np.uint64, count=len(ids))
+    hashes = id_hashes(ids, task["seed"])
     entry, repeat, keys = copy_keys(hashes, repeats)
     take = pa.array(entry)
     carried = [c for c in task["decision_columns"] if c in table.column_names]
@@ -384,7 +385,7 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
         ``{"counts": {shuffle bucket: samples}, "samples", "tokens",
         "copies", "padding", "width", "fragments"}``.
     """
-    from stages.packing import _segments_table, pack_best_fit, pack_pieces, sample_shuffle_keys
+    from pipeline.packing import _segments_table, pack_best_fit, pack_pieces, sample_shuffle_keys
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -476,7 +477,7 @@ def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shu
     Returns:
         ``{"counts": {shuffle bucket: samples}, "samples", "width", "files"}``.
     """
-    from stages.packing import sample_shuffle_keys
+    from pipeline.packing import sample_shuffle_keys
 
     window = seq_length + 1
     out = {"counts": {}, "samples": 0, "width": 1, "files": []}

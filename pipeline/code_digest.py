@@ -16,8 +16,8 @@ module; ``"pipeline.build:ingest_phase"``: one top-level definition):
   string constants that name a top-level definition of the same module
   (lookups by name). A module root takes every statement of the module; an
   imported name takes only the definitions it reaches, so a stage that
-  imports ``stages.packing.id_hash`` does not re-run when the packer
-  changes. Each statement counts as its syntax tree (``ast.dump``, no line
+  imports ``common.hashing.id_hash`` does not re-run when another helper
+  of that module changes. Each statement counts as its syntax tree (``ast.dump``, no line
   numbers) with docstrings removed: comments, docstrings and layout do not
   change a digest, any change to code does. Statements that run on import
   and bind no name (calls, ``if``/``try`` blocks) are taken whenever their

@@ -17,7 +17,7 @@ index list (~0.5 s and a Python list per million rows, measured).
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
 document boundaries were added, ``actual_seq_len`` (int32[width]: where
 documents end in the model input, mindformers' compressed end-of-document
-format; see ``stages.packing.document_boundaries``). The manifest's
+format; see ``pipeline.packing.document_boundaries``). The manifest's
 ``columns`` maps each stored column to its row shape; a version without it
 holds ``input_ids`` only.
 

@@ -9,7 +9,7 @@ one call across files at random, so the layout would change run to run
 
 Schema: ``{"input_ids": {"type": "int32", "shape": [seq_length + 1]}}`` plus any
 extra int32 columns of fixed width, e.g. ``actual_seq_len`` (the document
-boundaries, ``stages.packing.document_boundaries``). A fixed shape (rather than
+boundaries, ``pipeline.packing.document_boundaries``). A fixed shape (rather than
 mindformers' ``[-1]``) records the row length in every shard's own header, so
 the loader checks each shard against the manifest's ``seq_length`` without
 reading a row, and batches need no padding; the stored bytes are the same

@@ -41,7 +41,7 @@ where the prefix ends and reads only the ranges the fill can still take from
 ``process`` computes each document's copies from its own id hash (no lookup
 against the corpus), adds ``mixture_repeats`` and drops documents with 0 copies
 with reason ``mixture.not_sampled``. Spreading the copies of a document apart in
-the output is the document order's job (``stages.packing.copy_keys``).
+the output is the document order's job (``pipeline.packing.copy_keys``).
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pydantic
 
+from common.hashing import id_hash, id_hashes
 from common.spill import forget, read_bucket, write_buckets
 from stages.base import Partitions, Stage, StageConfig, with_decision
-from stages.packing import id_hash
 
 REASON_NOT_SAMPLED = "mixture.not_sampled"
 # First-fit skips before the final closest-overshoot step: bounds the work per
@@ -472,7 +472,7 @@ def mixture_keys(task: dict[str, Any]) -> dict[str, Any]:
     table = read_kept(task["part"], ["id", "source", "tokenize_num_tokens"])
     ids = table["id"].to_pylist()
     seed, bits = task["seed"], task["bits"]
-    hashes = np.fromiter((id_hash(i, seed) for i in ids), dtype=np.uint64, count=len(ids))
+    hashes = id_hashes(ids, seed)
     tokens = table["tokenize_num_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
     if (tokens < 0).any():
         raise ValueError("mixture: negative tokenize_num_tokens")

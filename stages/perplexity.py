@@ -432,7 +432,7 @@ def reference_documents(path: Path, reference_source: str, languages: list[str] 
         ``reference_source`` with a non-null ``langid_lang`` (in ``languages``
         when given), in row order. Top-level so ``Partitions.map`` can pickle it.
     """
-    from stages.packing import id_hash
+    from common.hashing import id_hash
 
     table = read_kept(path, ["id", "source", "text", "langid_lang"])
     out = []

@@ -62,8 +62,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
 
+from common.hashing import id_hash
 from stages.base import Partitions, Stage, StageConfig, read_kept, view_columns, with_decision
-from stages.packing import id_hash
 
 TOKENIZER_FILE = "tokenizer.json"
 ENCODER_FILE = "encoder.json"

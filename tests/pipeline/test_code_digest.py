@@ -156,7 +156,10 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert not any(p.startswith("stages/") and p != "stages/base.py" for p in ingest.sources)
     assert "ingest_file" in ingest.definitions["pipeline/build.py"]
     assemble = code_digest(ASSEMBLE_CODE)
-    assert {"pipeline/assemble.py", "pipeline/writer.py", "stages/packing.py"} <= set(assemble.sources)
+    assert {"pipeline/assemble.py", "pipeline/writer.py", "pipeline/packing.py", "common/hashing.py"} \
+        <= set(assemble.sources)
     assert "mindspore" in assemble.libraries
-    # the tokenizer stage reaches only the packer's id hash, not the packer
-    assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
+    # the tokenizer stage reaches only the id hash of the shared helpers, not the packer
+    tokenize = stage_code_digest("tokenize")
+    assert tokenize.definitions["common/hashing.py"] == ["id_hash"]
+    assert not any(p.startswith("pipeline/") and p != "pipeline/executor.py" for p in tokenize.sources)
