@@ -16,6 +16,8 @@ docs/architecture.md, "Determinism"). Who uses which:
 The values are part of what a build produces: changing a function here
 changes which documents are sampled, held out and where they land, so each
 is pinned by a test with literal values (tests/common/test_hashing.py).
+
+Imports ``xxhash`` (and numpy inside :func:`id_hashes`) only.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-import numpy as np
 import xxhash
 
 
@@ -38,8 +39,12 @@ def id_hash(doc_id: str, seed: int) -> int:
     return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
 
 
-def id_hashes(doc_ids: Sequence[str], seed: int) -> np.ndarray:
-    """:func:`id_hash` of each id, as ``uint64[len(doc_ids)]``."""
+def id_hashes(doc_ids: Sequence[str], seed: int):
+    """:func:`id_hash` of each id, as a numpy ``uint64[len(doc_ids)]`` (numpy
+    is imported here, not with the module: ``pipeline.layout`` and the
+    version lookup import this module and stay light)."""
+    import numpy as np
+
     return np.fromiter((id_hash(d, seed) for d in doc_ids), dtype=np.uint64, count=len(doc_ids))
 
 

@@ -66,7 +66,8 @@ def commit(tmp: str | os.PathLike, path: str | os.PathLike, fsync: bool = False)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, fsync: bool = False, make_parents: bool = True) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, fsync: bool = False, make_parents: bool = True,
+                name_errors: bool = True) -> Iterator[Path]:
     """A temporary path to write ``path``'s content to; renamed into place
     when the block ends without an exception, removed when it raises.
 
@@ -74,21 +75,24 @@ def atomic_path(path: str | os.PathLike, fsync: bool = False, make_parents: bool
         path: the file to write.
         fsync: flush the file to disk before the rename (:func:`commit`).
         make_parents: create ``path``'s directory first.
+        name_errors: an ``OSError`` of the block that names no file is
+            re-raised naming the temporary file. False for a block that also
+            reads other files (an ingest streaming its input), whose errors
+            must not be blamed on the file being written.
 
     Yields:
         The temporary path (:func:`temp_path`); the block writes it.
 
     Raises:
         Whatever the block raises (the temporary file removed, ``path``
-        untouched); an ``OSError`` that names no file names the temporary
-        file.
+        untouched).
     """
     path = Path(path)
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(path)
     try:
-        with naming_path(tmp):
+        with naming_path(tmp) if name_errors else contextlib.nullcontext():
             yield tmp
         commit(tmp, path, fsync)
     except BaseException:

@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 import pydantic
 
 from common.hashing import id_hash, id_hashes
+from common.io import write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
 from stages.base import Partitions, Stage, StageConfig, with_decision
 
@@ -602,10 +603,9 @@ class MixtureStage(Stage):
         if len(set(extra_ids)) != len(extra_ids):
             raise ValueError("mixture: duplicate document ids in the input")
         work.mkdir(parents=True, exist_ok=True)
-        _write_atomic(extra, work / EXTRA_FILE)
-        (work / f".{PLAN_FILE}.tmp").write_text(json.dumps({"seed": self.ctx.seed, "sources": plan},
-                                                           sort_keys=True, indent=1))
-        (work / f".{PLAN_FILE}.tmp").replace(work / PLAN_FILE)
+        write_table_atomic(extra, work / EXTRA_FILE)
+        write_json_atomic({"seed": self.ctx.seed, "sources": plan}, work / PLAN_FILE, indent=1, sort_keys=True,
+                          ensure_ascii=True, final_newline=False)
         forget(files)
         shutil.rmtree(spill, ignore_errors=True)
         facts = _facts(targets, documents, available, realized, sampled, copies)
@@ -658,9 +658,3 @@ class MixtureStage(Stage):
             repeats[i] = entry["full"] + int(taken)
         reasons = [None if r > 0 else REASON_NOT_SAMPLED for r in repeats]
         return with_decision(table, {"mixture_repeats": pa.array(repeats, pa.int32())}, reasons)
-
-
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pydantic
 
 from common.errors import naming_path
+from common.io import sha256_file, write_json_atomic
 from stages.base import Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
@@ -694,14 +695,6 @@ def _publish(cached: Path, local: Path) -> Path:
     return local
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ----------------------------------------------------------------- stage
 
 class PerplexityStage(Stage):
@@ -774,7 +767,7 @@ class PerplexityStage(Stage):
             cutoffs = [percentile(values, q) for q in cfg.bucket_percentiles] if values else None
             models[lang] = {"model": local.name, "tokenizer_model": None, "threshold": threshold,
                             "bucket_cutoffs": cutoffs}
-            facts[lang] = {"model_sha256": _sha256_file(local), "tokenizer_sha256": None,
+            facts[lang] = {"model_sha256": sha256_file(local), "tokenizer_sha256": None,
                            "given_model": str(given), "reference_docs": len(docs),
                            "reference_chars": sum(d[2] for d in docs), "distribution": "given model, in-sample",
                            "threshold": threshold, "bucket_cutoffs": cutoffs}
@@ -812,8 +805,8 @@ class PerplexityStage(Stage):
                             "tokenizer_model": None if local_sp is None else local_sp.name,
                             "threshold": threshold, "bucket_cutoffs": cutoffs}
             facts[lang] = {
-                "model_sha256": _sha256_file(local),
-                "tokenizer_sha256": None if local_sp is None else _sha256_file(local_sp),
+                "model_sha256": sha256_file(local),
+                "tokenizer_sha256": None if local_sp is None else sha256_file(local_sp),
                 "reference_docs": len(docs),
                 "reference_chars": chars,
                 "reference_tokens": sum(t.count(" ") + 2 for t in tokenizer(lines) if t),
@@ -824,11 +817,8 @@ class PerplexityStage(Stage):
             }
         for lang in sorted(set(cfg.max_perplexity) - set(models)):
             skipped.setdefault(lang, "max_perplexity given but no model")
-        tmp = work_dir / "models.json.tmp"
-        tmp.write_text(json.dumps({"order": cfg.order, "action": cfg.action,
-                                   "tokenizer": cfg.tokenizer, "languages": models},
-                                  indent=2, sort_keys=True))
-        os.replace(tmp, work_dir / "models.json")
+        write_json_atomic({"order": cfg.order, "action": cfg.action, "tokenizer": cfg.tokenizer, "languages": models},
+                          work_dir / "models.json", indent=2, sort_keys=True, ensure_ascii=True, final_newline=False)
         self._models_json = None
         return {"reference_source": cfg.reference_source, "order": cfg.order,
                 "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped}
