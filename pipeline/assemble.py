@@ -54,7 +54,6 @@ import base64
 import hashlib
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -66,9 +65,9 @@ import pyarrow.parquet as pq
 
 from common.errors import naming_path
 from common.hashing import id_hashes
+from common.io import commit, sha256_file, temp_path, write_bytes_atomic, write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
-from pipeline.manifest import sha256_file
 from stages.base import KEEP, REASON, read_view
 
 # Row groups of the lineage parts (sorted by sample) and of the by-document
@@ -96,13 +95,9 @@ class BuildError(RuntimeError):
 
 
 def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
-    """Write Parquet atomically; return the file's sha256. An ``OSError``
-    (a full disk) names the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with naming_path(tmp, discard=True):
-        pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
-    os.replace(tmp, path)
+    """Write Parquet atomically (:func:`common.io.write_table_atomic`); return
+    the file's sha256. An ``OSError`` (a full disk) names the file."""
+    write_table_atomic(table, path, row_group_size=max(1, row_group_size), **TABLE_OPTS)
     return sha256_file(path)
 
 
@@ -114,7 +109,7 @@ class _RowGroupWriter:
 
     def __init__(self, path: Path, row_group_size: int):
         self.path, self.size = Path(path), row_group_size
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.tmp = temp_path(self.path)
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.rows = 0
@@ -151,16 +146,14 @@ class _RowGroupWriter:
             return False
         with naming_path(self.tmp):
             self.writer.close()
-        os.replace(self.tmp, self.path)
+        commit(self.tmp, self.path)
         return True
 
 
 def _write_json(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with naming_path(tmp, discard=True):
-        tmp.write_text(json.dumps(obj, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    """A task marker or state file: compact JSON, sorted keys, ASCII, no
+    final newline (:func:`common.io.write_json_atomic`)."""
+    write_json_atomic(obj, path, indent=None, sort_keys=True, ensure_ascii=True, final_newline=False)
 
 
 def _marked(marker: Path):
@@ -179,10 +172,7 @@ def _schema_ref(schema: pa.Schema, folder: Path) -> str:
     name = hashlib.sha256(data).hexdigest()[:16]
     path = folder / f"{name}.arrows"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_bytes_atomic(data, path)
     return name
 
 
@@ -348,9 +338,9 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
 
     # (b) kept documents to their parts
     docs = table.drop_columns([c for c in ("tokenize_input_ids", KEEP, REASON) if c in table.column_names])
-    write_buckets(docs, layout.id_parts(ids, task["doc_parts"]), spill / "documents" / name)
+    write_buckets(docs, layout.id_parts(ids, task["doc_parts"]), spill / layout.DOCUMENTS / name)
     schemas = Path(task["marker"]).parent / "schemas"
-    result["schemas"]["documents"] = _schema_ref(docs.schema, schemas)
+    result["schemas"][layout.DOCUMENTS] = _schema_ref(docs.schema, schemas)
 
     # (c) each stage's dropped documents
     for stage, depth in task["stages"]:
@@ -360,9 +350,9 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
         dropped = dropped.drop_columns([c for c in (KEEP, "tokenize_input_ids") if c in dropped.column_names])
         k = task["decision_parts"][stage]
         write_buckets(dropped, layout.id_parts(dropped["id"].to_pylist(), k),
-                      spill / "decisions" / stage / name)
+                      spill / layout.DECISIONS / stage / name)
         result["decisions"][stage] = dropped.num_rows
-        result["schemas"][f"decisions/{stage}"] = _schema_ref(dropped.schema, schemas)
+        result["schemas"][f"{layout.DECISIONS}/{stage}"] = _schema_ref(dropped.schema, schemas)
     _write_json(result, marker)
     return result
 
@@ -584,7 +574,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         {lineage part: sha256}, "tokens_by_source": {source: tokens},
         "segments": rows, "node": ...}``.
     """
-    from pipeline.writer import COLUMN, ShardWriter, shard_name, validate_samples
+    from pipeline.writer import COLUMN, ShardWriter, validate_samples
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -595,9 +585,9 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     sample_files = [Path(p) for p in task["sample_files"]]
     segment_files = [Path(p) for p in task["segment_files"]]
     tmp = Path(task["tmp"])
-    name = shard_name("corpus", s)
+    name = layout.shard_name(s)
     path = tmp / name
-    for stale in (path, Path(f"{path}.db")):
+    for stale in (path, layout.shard_index(path)):
         stale.unlink(missing_ok=True)  # a write cut short by a crash
     path.parent.mkdir(parents=True, exist_ok=True)
     # One shuffle range at a time: the shard is never in memory as a whole.
@@ -647,7 +637,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     if writer.rows != stop - first:
         raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
     writer.close()
-    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(Path(f"{path}.db")),
+    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(layout.shard_index(path)),
              "rows": int(stop - first), "bytes": path.stat().st_size}
 
     from pipeline.executor import current_node
@@ -798,16 +788,16 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     def unified(key: str) -> pa.Schema:
         return unify([_schema_load(name, schema_dir) for name in sorted({e["schemas"][key] for e in emitted})])
 
-    doc_schema = unified("documents")
-    doc_files = [str(spill / "documents" / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+    doc_schema = unified(layout.DOCUMENTS)
+    doc_files = [str(spill / layout.DOCUMENTS / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
     for j in range(doc_parts):
         tasks.append({"kind": "table", "part": j, "spill_files": doc_files, "schema": _schema_b64(doc_schema),
                       "relative": f"{layout.DOCUMENTS}/{layout.part_name(j)}",
                       "excerpts": f"{layout.EXCERPTS}/{layout.part_name(j)}", "tmp": str(tmp),
                       "marker": str(markers / f"documents-{j:05d}.json")})
     for stage, _ in stage_depths:
-        schema = unified(f"decisions/{stage}")
-        files = [str(spill / "decisions" / stage / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+        schema = unified(f"{layout.DECISIONS}/{stage}")
+        files = [str(spill / layout.DECISIONS / stage / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
         for j in range(decision_parts[stage]):
             tasks.append({"kind": "table", "part": j, "spill_files": files, "schema": _schema_b64(schema),
                           "relative": f"{layout.DECISIONS}/{stage}/{layout.part_name(j)}", "tmp": str(tmp),
@@ -853,8 +843,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     if num_samples is not None and total != num_samples:
         raise BuildError(f"packed {total} samples, expected {num_samples}")
     shutil.rmtree(spill / "order", ignore_errors=True)
-    shutil.rmtree(spill / "documents", ignore_errors=True)
-    shutil.rmtree(spill / "decisions", ignore_errors=True)
+    shutil.rmtree(spill / layout.DOCUMENTS, ignore_errors=True)
+    shutil.rmtree(spill / layout.DECISIONS, ignore_errors=True)
     shutil.rmtree(spill / "fragments", ignore_errors=True)
 
     # phase 3: shards

@@ -385,13 +385,14 @@ def tokenizer_report(
     max_byte_fallback_rate: Annotated[float | None, typer.Option(help="warn above this rate")] = None,
 ) -> None:
     """Coverage report (Markdown, JSON, HTML) of one or more tokenizers on a corpus."""
+    from pipeline.layout import TOKENIZER
     from pipeline.tokenizer_report import check_thresholds, read_corpus, run_report, write_report
 
     named: dict[str, Path] = {}
     for spec in tokenizer:
         name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
         path = Path(path)
-        name = name or (path.parent.name if path.name == "tokenizer.json" else path.stem)
+        name = name or (path.parent.name if path.name == TOKENIZER else path.stem)
         if not path.is_file() or name in named:
             _error(f"tokenizer {spec!r}: no such file, or a repeated name")
             raise typer.Exit(2)

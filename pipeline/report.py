@@ -27,9 +27,8 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.layout import CONFIG, REPORT, TOKENIZER, TOKENIZER_REPORT_DIR, TOKENIZER_REPORT_STEM
 from pipeline.manifest import load_manifest
-
-REPORT = "report.html"
 
 # Training-time plan defaults (override on the command line):
 # - peak: 400e12 FLOP/s dense BF16 per accelerator, a round figure in the range
@@ -386,7 +385,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     manifests = [load_manifest(v) for v in vdirs]
     names = [m["version"] for m in manifests]
     m = manifests[0]
-    config = yaml.safe_load((vdirs[0] / "config.yaml").read_text(encoding="utf-8"))
+    config = yaml.safe_load((vdirs[0] / CONFIG).read_text(encoding="utf-8"))
     funnels = [funnel(x) for x in manifests]
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>corpus {_e(' vs '.join(names))}"
              f"</title><style>{CSS}</style></head><body>",
@@ -489,7 +488,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     # tokenizer headline
     parts.append("<h2 id='tokenizer'>Tokenizer</h2>")
     tok = m.get("tokenizer", {})
-    parts.append(f"<p>vocabulary {_num(tok.get('vocab_size'))}, tokenizer.json sha256 <code>{_e(tok.get('sha256'))}"
+    parts.append(f"<p>vocabulary {_num(tok.get('vocab_size'))}, {TOKENIZER} sha256 <code>{_e(tok.get('sha256'))}"
                  "</code></p>")
     rep = m.get("tokenizer_report")
     if isinstance(rep, dict):
@@ -501,8 +500,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                             [[_e(lang)] + [_num(v.get(k)) for k in metrics] for lang, v in sorted(headline.items())]))
         for w in rep.get("warnings", []) or []:
             parts.append(f"<p class='warn'>warning: {_e(w)}</p>")
-        stem = rep.get("dir", "tokenizer_report")
-        parts.append(f"<p><a href='{_e(stem)}/tokenizer_report.html'>full tokenizer coverage report</a></p>")
+        stem = rep.get("dir", TOKENIZER_REPORT_DIR)
+        parts.append(f"<p><a href='{_e(stem)}/{TOKENIZER_REPORT_STEM}.html'>full tokenizer coverage report</a></p>")
 
     # training-time plan
     parts.append("<h2 id='plan'>Training-time plan</h2>")

@@ -143,8 +143,10 @@ def test_this_repository_s_stage_and_ingest_digests():
     from pipeline.build import ASSEMBLE_CODE, INGEST_CODE, stage_code_digest
 
     heuristics = stage_code_digest("heuristics")
-    assert sorted(heuristics.sources) == ["common/errors.py", "pipeline/executor.py", "stages/__init__.py", "stages/base.py",
-                                          "stages/heuristics.py", "stages/text.py"]
+    assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "pipeline/executor.py", "stages/__init__.py",
+                                          "stages/base.py", "stages/heuristics.py", "stages/text.py"]
+    # the executor writes the stage's layer with the shared atomic writer: it is in every stage's digest
+    assert "write_table_atomic" in heuristics.definitions["common/io.py"]
     assert "stages/heuristics.py" not in heuristics.definitions      # the stage module whole
     assert {"rjieba", "ftfy", "pyarrow"} <= set(heuristics.libraries)
     langid = stage_code_digest("langid")
@@ -155,6 +157,9 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert "pipeline/readers.py" in ingest.sources and "pipeline/readers.py" not in ingest.definitions
     assert not any(p.startswith("stages/") and p != "stages/base.py" for p in ingest.sources)
     assert "ingest_file" in ingest.definitions["pipeline/build.py"]
+    # the shared helpers ingest writes and hashes with (common.io, common.hashing.id_hash of id_keys)
+    assert {"write_table_atomic", "write_json_atomic", "sha256_stream"} <= set(ingest.definitions["common/io.py"])
+    assert ingest.definitions["common/hashing.py"] == ["id_hash"]
     assemble = code_digest(ASSEMBLE_CODE)
     assert {"pipeline/assemble.py", "pipeline/writer.py", "pipeline/packing.py", "common/hashing.py"} \
         <= set(assemble.sources)
