@@ -36,6 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline import layout
+from pipeline.manifest import load_manifest
+
 SEQ_LENGTH = 4096
 VOCAB = 32000
 HOST_TARGET_TOKENS_PER_S = 8 * 50_000 * 10  # 8 accelerators x 50k tokens/s x 10 headroom
@@ -54,7 +57,7 @@ def make_loader_version(root: Path, rows: int, seed: int = 0) -> Path:
     from pipeline.writer import write_shards
 
     vdir = root / f"loader-{rows}"
-    if (vdir / "manifest.json").is_file():
+    if (vdir / layout.MANIFEST).is_file():
         return vdir
     if vdir.exists():
         shutil.rmtree(vdir)
@@ -74,7 +77,7 @@ def make_loader_version(root: Path, rows: int, seed: int = 0) -> Path:
     shards = write_shards(samples, vdir, max_shard_bytes=256 << 20, columns={"actual_seq_len": boundaries})
     manifest = {"version": vdir.name, "seq_length": SEQ_LENGTH, "num_samples": rows, "shards": shards,
                 "columns": {"input_ids": [SEQ_LENGTH + 1], "actual_seq_len": [width]}}
-    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    (vdir / layout.MANIFEST).write_text(json.dumps(manifest))
     return vdir
 
 
@@ -115,10 +118,10 @@ def make_lineage_version(root: Path, num_samples: int, mean_doc_tokens: int = 80
     """A version directory with only the lineage side (manifest, lineage,
     lineage_by_doc, documents) of ``num_samples`` samples, written in chunks."""
     from pipeline.assemble import LINEAGE_BY_DOC_ROW_GROUP, LINEAGE_ROW_GROUP
-    from stages.packing import shuffle_samples
+    from pipeline.packing import shuffle_samples
 
     vdir = root / f"lineage-v2-{num_samples}"
-    if (vdir / "manifest.json").is_file():
+    if (vdir / layout.MANIFEST).is_file():
         return vdir
     if vdir.exists():
         shutil.rmtree(vdir)
@@ -187,18 +190,18 @@ def make_lineage_version(root: Path, num_samples: int, mean_doc_tokens: int = 80
     segment_sorted = (np.arange(len(sorted_sample)) - np.repeat(run_starts, np.diff(np.r_[run_starts, len(sorted_sample)])))
     segment_of_row = np.empty(len(sample), np.int32)
     segment_of_row[by_sample] = segment_sorted
-    with pq.ParquetWriter(vdir / "lineage.parquet", chunk_table(by_sample[:1], segment_sorted[:1]).schema,
+    with pq.ParquetWriter(layout.table_file_v1(vdir, layout.LINEAGE), chunk_table(by_sample[:1], segment_sorted[:1]).schema,
                           compression="zstd") as writer:
         for k in range(0, len(by_sample), chunk):
             rows = by_sample[k:k + chunk]
             writer.write_table(chunk_table(rows, segment_sorted[k:k + chunk]), row_group_size=LINEAGE_ROW_GROUP)
     # packing order is document order: ids are zero-padded, so it is id order too
-    with pq.ParquetWriter(vdir / "lineage_by_doc.parquet", chunk_table(np.arange(1), segment_of_row[:1]).schema,
+    with pq.ParquetWriter(layout.table_file_v1(vdir, layout.LINEAGE_BY_DOC), chunk_table(np.arange(1), segment_of_row[:1]).schema,
                           compression="zstd") as writer:
         for k in range(0, len(doc), chunk):
             rows = np.arange(k, min(k + chunk, len(doc)))
             writer.write_table(chunk_table(rows, segment_of_row[rows]), row_group_size=LINEAGE_BY_DOC_ROW_GROUP)
-    with pq.ParquetWriter(vdir / "documents.parquet", pa.schema([
+    with pq.ParquetWriter(layout.table_file_v1(vdir, layout.DOCUMENTS), pa.schema([
             ("id", pa.string()), ("source", pa.string()), ("text", pa.string()), ("langid_lang", pa.string()),
             ("langid_score", pa.float64()), ("perplexity_value", pa.float64()), ("perplexity_bucket", pa.string()),
             ("tokenize_num_tokens", pa.int32()), ("mixture_repeats", pa.int32())]), compression="zstd") as writer:
@@ -213,19 +216,19 @@ def make_lineage_version(root: Path, num_samples: int, mean_doc_tokens: int = 80
                 "tokenize_num_tokens": pa.array(lengths[d].astype(np.int32)), "mixture_repeats": pa.array(np.ones(len(d), np.int32)),
             }), row_group_size=8192)
     manifest = {"version": vdir.name, "seq_length": SEQ_LENGTH, "num_samples": num_samples,
-                "shards": [{"name": "shards/none.mindrecord", "rows": num_samples}],
+                "shards": [{"name": f"{layout.SHARDS}/none{layout.SHARD_SUFFIX}", "rows": num_samples}],
                 "synthetic": {"lineage_rows": len(doc), "documents": int(num_docs)}}
-    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    (vdir / layout.MANIFEST).write_text(json.dumps(manifest))
     return vdir
 
 
 def ensure_excerpts(vdir: Path) -> None:
     """Write ``excerpts.parquet`` (id, first 200 characters) from
     documents.parquet as a build does, if a cached synthetic version lacks it."""
-    out = vdir / "excerpts.parquet"
+    out = layout.table_file_v1(vdir, layout.EXCERPTS)
     if out.exists():
         return
-    source = pq.ParquetFile(vdir / "documents.parquet")
+    source = pq.ParquetFile(layout.table_file_v1(vdir, layout.DOCUMENTS))
     schema = pa.schema([("id", pa.string()), ("text_excerpt", pa.string())])
     with pq.ParquetWriter(out, schema, compression="zstd") as writer:
         for batch in source.iter_batches(batch_size=65536, columns=["id", "text"]):
@@ -237,7 +240,7 @@ def ensure_excerpts(vdir: Path) -> None:
 def bench_lineage(vdir: Path, lookups: int = 5, global_batch: int = 512, dp_size: int = 8) -> dict:
     from pipeline.lineage import lineage_for_document, lineage_for_step
 
-    manifest = json.loads((vdir / "manifest.json").read_text())
+    manifest = load_manifest(vdir)
     rng = np.random.default_rng(1)
     steps = manifest["num_samples"] // global_batch
     step_s, text_s, doc_s, pieces = [], [], [], 0

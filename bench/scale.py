@@ -48,7 +48,10 @@ import psutil
 import yaml
 
 from bench import scale_data
+from pipeline import layout
 from pipeline.config import REPO_ROOT
+from pipeline.runlog import HEARTBEAT
+from stages.tokenize import TOKENIZER_FILE
 
 GENERATOR_VERSION = 1          # bump when scale_data's output changes (invalidates the data cache)
 SAMPLE_S = 0.25                # RSS / heartbeat sampling period
@@ -60,7 +63,7 @@ CPU_GROWTH_LIMIT = 1.2         # CPU s per M chars at 16x within 1.2x of 1x
 WORK_RATIO_LIMIT = 2.0         # .work bytes (models excluded) <= 2x compressed input
 LARGE_KEPT_BYTES = 2.5 * 2**30
 MODEL_SUFFIXES = (".binary", ".arpa", ".model")
-MODEL_NAMES = ("tokenizer.json",)
+MODEL_NAMES = (TOKENIZER_FILE,)
 
 
 # ----------------------------------------------------------------------------- inputs and config
@@ -156,8 +159,8 @@ class PhaseTracker:
     """
 
     def __init__(self, work_dir: Path):
-        self.log = work_dir / "run.log.jsonl"
-        self.heartbeat = work_dir / "heartbeat.json"
+        self.log = work_dir / layout.RUN_LOG
+        self.heartbeat = work_dir / HEARTBEAT
         self.offset = 0
         self.label = "start"
         self.stage: str | None = None
@@ -460,8 +463,14 @@ def run_build(name: str, cfg_path: Path, corpora: Path, workers: int, log_dir: P
 
 
 def read_manifest(vdir: Path) -> dict[str, Any] | None:
-    path = vdir / "manifest.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """The version's manifest (:func:`pipeline.manifest.load_manifest`), None
+    when the build published none."""
+    from pipeline.manifest import load_manifest
+
+    try:
+        return load_manifest(vdir)
+    except FileNotFoundError:
+        return None
 
 
 def manifest_facts(m: dict[str, Any]) -> dict[str, Any]:
@@ -491,8 +500,7 @@ def kept_text_bytes(vdir: Path) -> int | None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    files = sorted([vdir / "documents.parquet"] if (vdir / "documents.parquet").exists()
-                   else (vdir / "documents").glob("*.parquet"))
+    files = layout.table_parts(vdir, layout.DOCUMENTS)
     if not files or "text" not in pq.ParquetFile(files[0]).schema_arrow.names:
         return None
     total = 0
@@ -519,8 +527,9 @@ def verify_and_load(name: str, corpora: Path) -> dict[str, Any]:
     script = (
         "import json, sys\n"
         "from pipeline.loader import create_dataset\n"
+        "from pipeline.manifest import load_manifest\n"
         "vdir = sys.argv[1]\n"
-        "m = json.load(open(vdir + '/manifest.json'))\n"
+        "m = load_manifest(vdir)\n"
         "last = m['num_samples'] // 8 - 1\n"
         "ds = create_dataset(vdir, global_batch=8, start_step=last)\n"
         "shapes = [list(b[0].shape) for b in ds.create_tuple_iterator(output_numpy=True)]\n"

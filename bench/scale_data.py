@@ -34,7 +34,6 @@ import io
 import json
 import math
 import multiprocessing
-import os
 import random
 import re
 import statistics
@@ -47,6 +46,7 @@ from typing import Any
 
 import zstandard
 
+from common.io import commit, temp_path
 from pipeline.config import REPO_ROOT
 
 SHARED_CORPUS = REPO_ROOT.parent / "shared" / "corpus"
@@ -271,11 +271,12 @@ def _read_records(path: Path) -> Iterator[tuple[bytes, dict]]:
 
 class ZstdJsonlWriter:
     """One zstd stream (level :data:`ZSTD_LEVEL`, one frame) to ``path``,
-    written under a temporary name and renamed on :meth:`close`."""
+    written under a temporary name and renamed on :meth:`close`
+    (:func:`common.io.temp_path`, :func:`common.io.commit`)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.tmp, "wb")
         self._zw = zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(self._fh, closefd=False)
@@ -289,7 +290,7 @@ class ZstdJsonlWriter:
         """Finish the frame, rename into place; returns the compressed size in bytes."""
         self._zw.close()
         self._fh.close()
-        os.replace(self.tmp, self.path)
+        commit(self.tmp, self.path)
         return self.path.stat().st_size
 
     def abort(self) -> None:

@@ -12,8 +12,9 @@ more than one map task's output or one bucket.
 Order is part of the contract: rows of one bucket come back file by file in
 the order of ``paths``, and within a file in the order they were given
 (stable), so a reduce that sorts by a total key gives the same bytes whatever
-the number of workers. Files are written atomically (temporary name, then
-rename): a file that exists is complete, which is what a resumed build relies on.
+the number of workers. Files are written atomically (:mod:`common.io`:
+temporary name, then rename): a file that exists is complete, which is what a
+resumed build relies on.
 
 Sizes: a row group holds one bucket's rows of one map task; the metadata costs
 ~100 bytes per row group. See docs/architecture.md ("Scale") for how bucket
@@ -23,7 +24,6 @@ counts are chosen and what the exchange costs at 1 TB.
 from __future__ import annotations
 
 import json
-import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.errors import naming_path
+from common.io import atomic_path
 
 BUCKETS_KEY = b"mindcorpus.buckets"
 # zstd level 1: spill files are read once and deleted; level 1 writes ~2x
@@ -67,17 +67,14 @@ def write_buckets(table: pa.Table, buckets: np.ndarray, path: Path) -> dict[int,
     present = [int(sorted_buckets[b]) for b in bounds[:-1]]
     schema = table.schema.with_metadata({**(table.schema.metadata or {}),
                                          BUCKETS_KEY: json.dumps(present).encode()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     counts = {}
-    with naming_path(tmp, discard=True), pq.ParquetWriter(tmp, schema, **SPILL_COMPRESSION) as writer:
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, **SPILL_COMPRESSION) as writer:
         for lo, hi, bucket in zip(bounds[:-1], bounds[1:], present):
             part = table.take(pa.array(order[lo:hi]))
             writer.write_table(part.replace_schema_metadata(schema.metadata), row_group_size=max(1, hi - lo))
             counts[bucket] = int(hi - lo)
         if not present:
             writer.write_table(table.slice(0, 0).replace_schema_metadata(schema.metadata))
-    os.replace(tmp, path)
     return counts
 
 

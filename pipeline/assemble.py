@@ -2,7 +2,7 @@
 shards, lineage, documents and decisions as independent executor tasks.
 
 The output is what an in-memory assembly of the whole corpus would write
-(``stages.packing``: ``document_order``, ``pack``/``pack_best_fit``,
+(``pipeline.packing``: ``document_order``, ``pack``/``pack_best_fit``,
 ``document_boundaries``, ``shuffle_samples``), cut into files that separate
 tasks write. No process holds more than one partition, one bucket, one shard or
 one table part. Every exchange goes through bucketed spill files
@@ -15,7 +15,7 @@ assembly and a finished task is never redone):
 1. **emit** (one task per partition): reads the partition's final view once
    and spills (a) every copy of every kept document (``mixture_repeats``
    copies) with its tokens and lineage facts, to the *order bucket* of its
-   position key (``stages.packing.copy_keys``: key in ``[0, 1)``, bucket =
+   position key (``pipeline.packing.copy_keys``: key in ``[0, 1)``, bucket =
    ``floor(key * B)``, so buckets are consecutive ranges of the document
    order); (b) the kept documents, to their ``documents`` part (id hash);
    (c) each stage's dropped documents, to their ``decisions/<stage>`` part.
@@ -30,7 +30,7 @@ assembly and a finished task is never redone):
    packing within each order bucket (one bucket when the corpus is below
    ``order_bucket_tokens``: then exactly the in-memory result). Each sample is
    spilled to the *shuffle bucket* of its shuffle key
-   (``stages.packing.sample_shuffle_keys``, top bits), with its segments.
+   (``pipeline.packing.sample_shuffle_keys``, top bits), with its segments.
 3. **shards** (one task per shard): the written order is the samples sorted
    by shuffle key; shuffle bucket ``j`` holds a key range, so its samples take
    positions ``start_j ..`` (prefix sum of the bucket counts). A shard task
@@ -54,7 +54,6 @@ import base64
 import hashlib
 import json
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from common.errors import naming_path
+from common.hashing import id_hashes
+from common.io import commit, sha256_file, temp_path, write_bytes_atomic, write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
-from pipeline.manifest import sha256_file
 from stages.base import KEEP, REASON, read_view
 
 # Row groups of the lineage parts (sorted by sample) and of the by-document
@@ -95,13 +95,9 @@ class BuildError(RuntimeError):
 
 
 def _write_table(table: pa.Table, path: Path, row_group_size: int) -> str:
-    """Write Parquet atomically; return the file's sha256. An ``OSError``
-    (a full disk) names the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with naming_path(tmp, discard=True):
-        pq.write_table(table, tmp, row_group_size=max(1, row_group_size), **TABLE_OPTS)
-    os.replace(tmp, path)
+    """Write Parquet atomically (:func:`common.io.write_table_atomic`); return
+    the file's sha256. An ``OSError`` (a full disk) names the file."""
+    write_table_atomic(table, path, row_group_size=max(1, row_group_size), **TABLE_OPTS)
     return sha256_file(path)
 
 
@@ -113,7 +109,7 @@ class _RowGroupWriter:
 
     def __init__(self, path: Path, row_group_size: int):
         self.path, self.size = Path(path), row_group_size
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        self.tmp = temp_path(self.path)
         self.pending: list[pa.Table] = []
         self.pending_rows = 0
         self.rows = 0
@@ -150,16 +146,14 @@ class _RowGroupWriter:
             return False
         with naming_path(self.tmp):
             self.writer.close()
-        os.replace(self.tmp, self.path)
+        commit(self.tmp, self.path)
         return True
 
 
 def _write_json(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with naming_path(tmp, discard=True):
-        tmp.write_text(json.dumps(obj, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    """A task marker or state file: compact JSON, sorted keys, ASCII, no
+    final newline (:func:`common.io.write_json_atomic`)."""
+    write_json_atomic(obj, path, indent=None, sort_keys=True, ensure_ascii=True, final_newline=False)
 
 
 def _marked(marker: Path):
@@ -178,10 +172,7 @@ def _schema_ref(schema: pa.Schema, folder: Path) -> str:
     name = hashlib.sha256(data).hexdigest()[:16]
     path = folder / f"{name}.arrows"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_bytes_atomic(data, path)
     return name
 
 
@@ -238,7 +229,7 @@ def _ends_lists(sample: np.ndarray, sample_end: np.ndarray, num_samples: int,
                 seq_length: int) -> tuple[np.ndarray, np.ndarray]:
     """Per sample, the ascending distinct document ends within the model input
     (``actual_seq_len`` before padding; see
-    ``stages.packing.document_boundaries``), the last always ``seq_length``.
+    ``pipeline.packing.document_boundaries``), the last always ``seq_length``.
 
     Returns:
         ``(offsets int32[num_samples + 1], values int32[...])``.
@@ -309,7 +300,7 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
         ``{"order": {bucket: [copies, tokens]}, "documents": rows,
         "decisions": {stage: rows}, "schemas": {table: base64 schema}}``.
     """
-    from stages.packing import copy_keys, id_hash
+    from pipeline.packing import copy_keys
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -323,7 +314,7 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
     # (a) copies to order buckets
     ids = table["id"].to_pylist()
     repeats = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
-    hashes = np.fromiter((id_hash(i, task["seed"]) for i in ids), dtype=np.uint64, count=len(ids))
+    hashes = id_hashes(ids, task["seed"])
     entry, repeat, keys = copy_keys(hashes, repeats)
     take = pa.array(entry)
     carried = [c for c in task["decision_columns"] if c in table.column_names]
@@ -347,9 +338,9 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
 
     # (b) kept documents to their parts
     docs = table.drop_columns([c for c in ("tokenize_input_ids", KEEP, REASON) if c in table.column_names])
-    write_buckets(docs, layout.id_parts(ids, task["doc_parts"]), spill / "documents" / name)
+    write_buckets(docs, layout.id_parts(ids, task["doc_parts"]), spill / layout.DOCUMENTS / name)
     schemas = Path(task["marker"]).parent / "schemas"
-    result["schemas"]["documents"] = _schema_ref(docs.schema, schemas)
+    result["schemas"][layout.DOCUMENTS] = _schema_ref(docs.schema, schemas)
 
     # (c) each stage's dropped documents
     for stage, depth in task["stages"]:
@@ -359,9 +350,9 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
         dropped = dropped.drop_columns([c for c in (KEEP, "tokenize_input_ids") if c in dropped.column_names])
         k = task["decision_parts"][stage]
         write_buckets(dropped, layout.id_parts(dropped["id"].to_pylist(), k),
-                      spill / "decisions" / stage / name)
+                      spill / layout.DECISIONS / stage / name)
         result["decisions"][stage] = dropped.num_rows
-        result["schemas"][f"decisions/{stage}"] = _schema_ref(dropped.schema, schemas)
+        result["schemas"][f"{layout.DECISIONS}/{stage}"] = _schema_ref(dropped.schema, schemas)
     _write_json(result, marker)
     return result
 
@@ -384,7 +375,7 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
         ``{"counts": {shuffle bucket: samples}, "samples", "tokens",
         "copies", "padding", "width", "fragments"}``.
     """
-    from stages.packing import _segments_table, pack_best_fit, pack_pieces, sample_shuffle_keys
+    from pipeline.packing import _segments_table, pack_best_fit, pack_pieces, sample_shuffle_keys
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -476,7 +467,7 @@ def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shu
     Returns:
         ``{"counts": {shuffle bucket: samples}, "samples", "width", "files"}``.
     """
-    from stages.packing import sample_shuffle_keys
+    from pipeline.packing import sample_shuffle_keys
 
     window = seq_length + 1
     out = {"counts": {}, "samples": 0, "width": 1, "files": []}
@@ -583,7 +574,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         {lineage part: sha256}, "tokens_by_source": {source: tokens},
         "segments": rows, "node": ...}``.
     """
-    from pipeline.writer import COLUMN, ShardWriter, shard_name, validate_samples
+    from pipeline.writer import COLUMN, ShardWriter, validate_samples
 
     marker = Path(task["marker"])
     if (done := _marked(marker)) is not None:
@@ -594,9 +585,9 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     sample_files = [Path(p) for p in task["sample_files"]]
     segment_files = [Path(p) for p in task["segment_files"]]
     tmp = Path(task["tmp"])
-    name = shard_name("corpus", s)
+    name = layout.shard_name(s)
     path = tmp / name
-    for stale in (path, Path(f"{path}.db")):
+    for stale in (path, layout.shard_index(path)):
         stale.unlink(missing_ok=True)  # a write cut short by a crash
     path.parent.mkdir(parents=True, exist_ok=True)
     # One shuffle range at a time: the shard is never in memory as a whole.
@@ -646,7 +637,7 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     if writer.rows != stop - first:
         raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
     writer.close()
-    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(Path(f"{path}.db")),
+    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(layout.shard_index(path)),
              "rows": int(stop - first), "bytes": path.stat().st_size}
 
     from pipeline.executor import current_node
@@ -802,16 +793,16 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     def unified(key: str) -> pa.Schema:
         return unify([_schema_load(name, schema_dir) for name in sorted({e["schemas"][key] for e in emitted})])
 
-    doc_schema = unified("documents")
-    doc_files = [str(spill / "documents" / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+    doc_schema = unified(layout.DOCUMENTS)
+    doc_files = [str(spill / layout.DOCUMENTS / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
     for j in range(doc_parts):
         tasks.append({"kind": "table", "part": j, "spill_files": doc_files, "schema": _schema_b64(doc_schema),
                       "relative": f"{layout.DOCUMENTS}/{layout.part_name(j)}",
                       "excerpts": f"{layout.EXCERPTS}/{layout.part_name(j)}", "tmp": str(tmp),
                       "marker": str(markers / f"documents-{j:05d}.json")})
     for stage, _ in stage_depths:
-        schema = unified(f"decisions/{stage}")
-        files = [str(spill / "decisions" / stage / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
+        schema = unified(f"{layout.DECISIONS}/{stage}")
+        files = [str(spill / layout.DECISIONS / stage / f"part-{i:05d}.parquet") for i in range(len(final_parts))]
         for j in range(decision_parts[stage]):
             tasks.append({"kind": "table", "part": j, "spill_files": files, "schema": _schema_b64(schema),
                           "relative": f"{layout.DECISIONS}/{stage}/{layout.part_name(j)}", "tmp": str(tmp),
@@ -857,8 +848,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     if num_samples is not None and total != num_samples:
         raise BuildError(f"packed {total} samples, expected {num_samples}")
     shutil.rmtree(spill / "order", ignore_errors=True)
-    shutil.rmtree(spill / "documents", ignore_errors=True)
-    shutil.rmtree(spill / "decisions", ignore_errors=True)
+    shutil.rmtree(spill / layout.DOCUMENTS, ignore_errors=True)
+    shutil.rmtree(spill / layout.DECISIONS, ignore_errors=True)
     shutil.rmtree(spill / "fragments", ignore_errors=True)
 
     # phase 3: shards

@@ -54,18 +54,20 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from common.hashing import id_hash
+from common.io import atomic_path, sha256_file, write_json_atomic, write_table_atomic
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
 from pipeline.code_digest import CodeDigest, code_digest
 from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
                              load_config, preflight)
-from pipeline.executor import (fit_digest, make_executor, partition_counts, process_partition,
-                               process_peak_mb, release_memory, write_json_atomic, write_table_atomic)
+from pipeline.executor import (fit_digest, make_executor, parquet_options, partition_counts, process_partition,
+                               process_peak_mb, release_memory)
 from pipeline.location import config_base
 from pipeline.location import corpora_root as corpora_root_for
 from pipeline.lock import VersionLock, VersionLockedError
 from pipeline.lock import describe as describe_lock
-from pipeline.manifest import MANIFEST, MANIFEST_DIGEST, build_manifest, sha256_file, write_manifest
+from pipeline.manifest import build_manifest, write_manifest
 from pipeline.redact import redact, secret_values
 from pipeline.readers import (FILE_REASONS, RETRY_REASONS, Quarantined, detect_format, display_path,
                               input_identity, is_url, parquet_column_problem, read_file, resolve_paths)
@@ -241,7 +243,6 @@ def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
     quarantine: Counter = Counter()
     first_quarantine = None
     qpath = out_dir / f"quarantine-{task['index']:05d}.jsonl"
-    qtmp = qpath.with_name(f".{qpath.name}.{os.getpid()}.tmp")
 
     def flush():
         nonlocal pending_bytes
@@ -262,7 +263,7 @@ def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
             "lang_hint": pa.array([task["lang"]] * len(rows), pa.string()),
             "chars": pa.array([len(t) for t in texts], pa.int64()),
         })
-        write_table_atomic(table, path)
+        write_table_atomic(table, path, **parquet_options(table))
         parts.append(path.name)
         rows.clear()
         pending_bytes = 0
@@ -271,7 +272,8 @@ def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
     items = ([unreadable] if unreadable else
              read_file(task["path"], file, task["format"], task["text_field"], task["text_unit"],
                        task["max_bytes"], task["id_field"], task["storage_options"]))
-    with open(qtmp, "w", encoding="utf-8") as qfh:
+    # name_errors=False: an input read error must not be blamed on the quarantine file
+    with atomic_path(qpath, name_errors=False) as qtmp, open(qtmp, "w", encoding="utf-8") as qfh:
         for item in items:
             if isinstance(item, Quarantined):
                 entry = {"source": source, **dataclasses.asdict(item)}
@@ -294,7 +296,6 @@ def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
                     task["partition_max_docs"] and len(rows) >= task["partition_max_docs"]):
                 flush()
         flush()
-    os.replace(qtmp, qpath)
     result = {"parts": parts, **totals, "quarantine": dict(sorted(quarantine.items())),
               "first_quarantine": first_quarantine, "file_failure": failure, "bytes": size, "sha256": digest,
               "identity": task["identity"]}
@@ -310,12 +311,11 @@ def id_keys(task: dict[str, Any]) -> int:
     hash (no text read). Returns the rows spilled."""
     import numpy as np
     import pyarrow.parquet as pq
-    import xxhash
 
     from common.spill import write_buckets
 
     ids = pq.read_table(task["path"], columns=["id"])["id"].to_pylist()
-    groups = np.fromiter((xxhash.xxh64_intdigest(i.encode("utf-8")) % task["groups"] for i in ids),
+    groups = np.fromiter((id_hash(i, 0) % task["groups"] for i in ids),
                          dtype=np.int64, count=len(ids))
     write_buckets(pa.table({"id": pa.array(ids, pa.string()),
                             "partition": pa.array(np.full(len(ids), task["partition"], np.int32)),
@@ -355,7 +355,8 @@ def drop_rows(task: dict[str, Any]) -> list[dict[str, Any]]:
     entries = [{"source": table["source"][i].as_py(), "file": table["file"][i].as_py(),
                 "line": table["line"][i].as_py(), "byte_offset": -1, "reason": "read.duplicate_id",
                 "detail": f"id {table['id'][i].as_py()!r} seen before"} for i in np.flatnonzero(drop)]
-    write_table_atomic(table.filter(pa.array(~drop)), path)
+    kept = table.filter(pa.array(~drop))
+    write_table_atomic(kept, path, **parquet_options(kept))
     write_json_atomic(entries, done)
     return entries
 
@@ -857,7 +858,7 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
     written = set(out["files"])
     # Written after the manifest (or a run fact): never in its "files", also
     # when an earlier attempt left them here before it was killed.
-    later = {MANIFEST, MANIFEST_DIGEST, layout.REPORT, layout.RUN_LOG}
+    later = {layout.MANIFEST, layout.MANIFEST_DIGEST, layout.REPORT, layout.RUN_LOG}
     for p in sorted(tmp.rglob("*")):
         rel = p.relative_to(tmp).as_posix()
         if p.is_file() and rel not in written and rel not in later and not rel.startswith(layout.SHARDS + "/"):
@@ -941,7 +942,7 @@ def check_complete(tmp: Path, manifest: dict[str, Any]) -> None:
             problems.append(f"{shard['name']} is missing")
         elif "bytes" in shard and path.stat().st_size != shard["bytes"]:
             problems.append(f"{shard['name']} has {path.stat().st_size} bytes, the manifest says {shard['bytes']}")
-        db = Path(f"{path}.db")
+        db = layout.shard_index(path)
         if not db.is_file() or db.stat().st_size == 0:
             problems.append(f"{shard['name']}.db is missing or empty")
     if not manifest.get("shards"):

@@ -238,8 +238,9 @@ def inspect(
 
 def plan_table(manifest: dict[str, Any], model_params: float, accelerators: int, peak_flops: float,
                mfu: float, overhead: float) -> Table:
-    """Training-time plan for this version's tokens (see pipeline.report.training_days)."""
-    from pipeline.report import PLAN_ACCELERATORS, PLAN_MODEL_SIZES, training_days
+    """Training-time plan for this version's tokens (:func:`pipeline.report.plan_table`,
+    with ``model_params`` among the model sizes)."""
+    from pipeline.report import PLAN_ACCELERATORS, PLAN_MODEL_SIZES, plan_table, training_days
 
     d = manifest["num_tokens"]
     one = training_days(model_params, d, accelerators, peak_flops, mfu, overhead)
@@ -248,12 +249,9 @@ def plan_table(manifest: dict[str, Any], model_params: float, accelerators: int,
     table.add_column("planned days (ideal)", justify="left")
     for a in PLAN_ACCELERATORS:
         table.add_column(f"{a} accelerators", justify="right")
-    for n in sorted(set(PLAN_MODEL_SIZES) | {model_params}):
-        cells = []
-        for a in PLAN_ACCELERATORS:
-            t = training_days(n, d, a, peak_flops, mfu, overhead)
-            cells.append(f"{t['planned_days']:.3g} ({t['ideal_days']:.3g})")
-        table.add_row(f"{n / 1e9:g}B params", *cells)
+    for row in plan_table(d, peak_flops, mfu, overhead, model_sizes=sorted(set(PLAN_MODEL_SIZES) | {model_params})):
+        table.add_row(f"{row[0]['params'] / 1e9:g}B params",
+                      *(f"{t['planned_days']:.3g} ({t['ideal_days']:.3g})" for t in row))
     table.caption = (f"N = {model_params:.3g} on {accelerators} accelerators: {one['flops']:.3g} FLOPs, "
                      f"ideal {one['ideal_days']:.3g} days, planned {one['planned_days']:.3g} days")
     return table
@@ -385,13 +383,14 @@ def tokenizer_report(
     max_byte_fallback_rate: Annotated[float | None, typer.Option(help="warn above this rate")] = None,
 ) -> None:
     """Coverage report (Markdown, JSON, HTML) of one or more tokenizers on a corpus."""
+    from pipeline.layout import TOKENIZER
     from pipeline.tokenizer_report import check_thresholds, read_corpus, run_report, write_report
 
     named: dict[str, Path] = {}
     for spec in tokenizer:
         name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
         path = Path(path)
-        name = name or (path.parent.name if path.name == "tokenizer.json" else path.stem)
+        name = name or (path.parent.name if path.name == TOKENIZER else path.stem)
         if not path.is_file() or name in named:
             _error(f"tokenizer {spec!r}: no such file, or a repeated name")
             raise typer.Exit(2)

@@ -19,8 +19,8 @@ module; ``"pipeline.build:ingest_phase"``: one top-level definition):
   ``stages.heuristics`` or ``stages.dedup`` re-exports its submodules'
   names, so a stage that is a package is covered by its submodules); an
   imported name takes only the definitions it reaches, so a stage that
-  imports ``stages.packing.id_hash`` does not re-run when the packer
-  changes. Each statement counts as its syntax tree (``ast.dump``, no line
+  imports ``common.hashing.id_hash`` does not re-run when another helper
+  of that module changes. Each statement counts as its syntax tree (``ast.dump``, no line
   numbers) with docstrings removed: comments, docstrings and layout do not
   change a digest, any change to code does. Statements that run on import
   and bind no name (calls, ``if``/``try`` blocks) are taken whenever their

@@ -12,7 +12,6 @@ is its face.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.hashing import sample_rank
+
 BASE_SHOWN = ("id", "source", "reason", "chars")
-
-
-def _rank(seed: int, doc_id: str) -> bytes:
-    return hashlib.blake2b(f"{seed}:{doc_id}".encode(), digest_size=8).digest()
 
 
 def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n: int = 10,
@@ -42,8 +39,9 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
         n: how many examples (fewer when fewer match), n >= 1.
         kept: sample the kept documents (``documents.parquet``) instead.
         seed: the sample is the ``n`` documents with the smallest
-            ``blake2b(f"{seed}:{id}")``, so the same seed gives the same
-            examples whatever the file order, and growing ``n`` extends it.
+            ``blake2b(f"{seed}:{id}")`` (:func:`common.hashing.sample_rank`),
+            so the same seed gives the same examples whatever the file order,
+            and growing ``n`` extends it.
 
     Returns:
         Dicts with ``id``, ``source``, ``reason`` (None when kept), ``chars``,
@@ -91,7 +89,7 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
         if reason is not None:
             table = table.filter(pc.equal(table["reason"], reason))
         for doc_id in table["id"].to_pylist():
-            item = (bytes(255 - b for b in _rank(seed, doc_id)), doc_id, number)
+            item = (bytes(255 - b for b in sample_rank(doc_id, seed)), doc_id, number)
             if len(best) < n:
                 heapq.heappush(best, item)
             elif item > best[0]:
@@ -100,7 +98,7 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
         listed = ", ".join(f"{r} ({c})" for r, c in sorted(reasons.items(), key=lambda rc: (-rc[1], str(rc[0]))))
         raise ValueError(f"stage {stage!r} dropped no document with reason {reason!r} "
                          f"(its reasons: {listed or 'none'})")
-    chosen = sorted(best, key=lambda item: (_rank(seed, item[1]), item[1]))
+    chosen = sorted(best, key=lambda item: (sample_rank(item[1], seed), item[1]))
     by_part: dict[int, list[str]] = {}
     for _, doc_id, number in chosen:
         by_part.setdefault(number, []).append(doc_id)

@@ -3,9 +3,9 @@
 The local executor is a ``concurrent.futures.ProcessPoolExecutor`` with the
 ``spawn`` start method (fork after pyarrow / tokenizers threads have started
 can deadlock). Per-partition stage work goes through :func:`process_partition`,
-which writes its output atomically (temporary name, then ``os.replace``), so a
-partition file that exists is complete and a crashed build resumes by skipping
-it.
+which writes its output atomically (:mod:`common.io`: temporary name, then
+``os.replace``), so a partition file that exists is complete and a crashed
+build resumes by skipping it.
 
 A task's error always reaches the driver as an ``Exception`` that pickles:
 one that is not (a ``BaseException`` such as ``pyo3_runtime.PanicException``,
@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from common.errors import naming_path
+from common.io import write_table_atomic
 from pipeline.runlog import proc_status_mb
 from stages.base import EDITABLE_COLUMNS, KEEP, REASON, ROW, StageContext, read_view
 
@@ -343,25 +342,6 @@ class LocalExecutor:
         self.close()
 
 
-def write_table_atomic(table: pa.Table, path: Path) -> None:
-    """Write Parquet to ``path.tmp-<pid>`` then rename: readers never see a
-    half file. An ``OSError`` (a full disk) names the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with naming_path(tmp, discard=True):
-        pq.write_table(table, tmp, **parquet_options(table))
-    os.replace(tmp, path)
-
-
-def write_json_atomic(obj: Any, path: Path) -> None:
-    """Write JSON to ``path.tmp-<pid>`` then rename. An ``OSError`` names the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with naming_path(tmp, discard=True):
-        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 _STAGE_CACHE: dict[tuple, Any] = {}
 
 
@@ -535,7 +515,7 @@ def process_partition(task: tuple) -> dict[str, Any]:
         if added != declared:
             raise RuntimeError(f"stage {name} broke its declared columns on {ref.name}: added "
                                f"{sorted(added - declared)} undeclared, missing {sorted(declared - added)}")
-        write_table_atomic(layer, out_path)
+        write_table_atomic(layer, out_path, **parquet_options(layer))
     view, _ = read_view(ref.with_layer(out_path), ["source", "chars", KEEP, REASON], kept=False)
     counts = partition_counts(view)
     return {"counts": counts, "kept": sum(c["kept"] for c in counts.values())}

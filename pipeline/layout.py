@@ -1,5 +1,16 @@
 """The layout of a version directory: every file and folder name, defined once.
 
+Every module that writes or reads a version names its files through the
+constants and functions here (tests/pipeline/test_layout.py fails on a file
+name literal anywhere else in ``pipeline/``, ``stages/``, ``bench/`` or
+``scripts/``)::
+
+    manifest.json  manifest.sha256  config.yaml  tokenizer.json
+    shards/corpus-SSSSS.mindrecord (+ .db)   lineage/part-SSSSS.parquet
+    lineage_by_doc/  documents/  excerpts/  decisions/<stage>/   (part-NNNNN.parquet)
+    quarantine.jsonl  tokenizer_report/tokenizer_report.{md,json,html}
+    report.html  run.log.jsonl
+
 A version of any size is a set of files no one of which has to hold the
 corpus: the shards, and tables split into *parts* that separate tasks write.
 
@@ -14,7 +25,8 @@ corpus: the shards, and tables split into *parts* that separate tasks write.
   one maps to part ``j mod K_small`` of the smaller), which ``diff`` uses.
 
 Versions of manifest format 1 (one file per table: ``lineage.parquet``,
-``documents.parquet``, ...) are read through the same functions.
+``documents.parquet``, ...) are read through the same functions
+(:func:`table_file_v1`).
 """
 
 from __future__ import annotations
@@ -22,16 +34,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import xxhash
+from common.hashing import id_hash
 
 MANIFEST = "manifest.json"
+# The manifest's own digest, in sha256sum format (pipeline.manifest).
+MANIFEST_DIGEST = "manifest.sha256"
 CONFIG = "config.yaml"
 TOKENIZER = "tokenizer.json"
 QUARANTINE = "quarantine.jsonl"
 REPORT = "report.html"
+# The structured log of the build: the same name in the work directory
+# (pipeline.runlog) and in the version (copied at publish).
 RUN_LOG = "run.log.jsonl"
 TOKENIZER_REPORT_DIR = "tokenizer_report"
+# tokenizer_report.{md,json,html} inside TOKENIZER_REPORT_DIR (and in the
+# --out folder of `python -m pipeline tokenizer-report`).
+TOKENIZER_REPORT_STEM = "tokenizer_report"
 SHARDS = "shards"
+SHARD_PREFIX = "corpus"
+SHARD_SUFFIX = ".mindrecord"
+# MindRecord's index of a shard: MindSpore's FileWriter writes <shard>.db.
+SHARD_INDEX_SUFFIX = ".db"
 LINEAGE = "lineage"
 LINEAGE_BY_DOC = "lineage_by_doc"
 DOCUMENTS = "documents"
@@ -49,10 +72,22 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
+def shard_name(index: int, prefix: str = SHARD_PREFIX) -> str:
+    """Name of shard ``index`` relative to the version directory,
+    e.g. ``shards/corpus-00000.mindrecord``."""
+    return f"{SHARDS}/{prefix}-{index:05d}{SHARD_SUFFIX}"
+
+
+def shard_index(shard_path: str | Path) -> Path:
+    """The MindRecord index file of a shard: ``<shard path>.db``."""
+    return Path(f"{shard_path}{SHARD_INDEX_SUFFIX}")
+
+
 def id_part(doc_id: str, num_parts: int) -> int:
     """The part of an id-keyed table that holds ``doc_id``: the low bits of
-    xxh64(UTF-8 id, seed "part"). ``num_parts`` must be a power of two."""
-    return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=_PART_SEED) & (num_parts - 1)
+    xxh64(UTF-8 id, seed "part") (:func:`common.hashing.id_hash`).
+    ``num_parts`` must be a power of two."""
+    return id_hash(doc_id, _PART_SEED) & (num_parts - 1)
 
 
 def id_parts(doc_ids, num_parts: int):
@@ -60,8 +95,7 @@ def id_parts(doc_ids, num_parts: int):
     import numpy as np
 
     mask = num_parts - 1
-    return np.fromiter((xxhash.xxh64_intdigest(d.encode("utf-8"), seed=_PART_SEED) & mask for d in doc_ids),
-                       dtype=np.int64, count=len(doc_ids))
+    return np.fromiter((id_hash(d, _PART_SEED) & mask for d in doc_ids), dtype=np.int64, count=len(doc_ids))
 
 
 def parts_for(num_bytes: int, part_bytes: int) -> int:
@@ -78,7 +112,10 @@ def table_dir(version_dir: Path, table: str, stage: str | None = None) -> Path:
     return Path(version_dir) / table / stage if table == DECISIONS else Path(version_dir) / table
 
 
-def _legacy_file(version_dir: Path, table: str, stage: str | None) -> Path:
+def table_file_v1(version_dir: Path, table: str, stage: str | None = None) -> Path:
+    """The single file of a table in a version of manifest format 1:
+    ``<table>.parquet`` (``lineage.parquet``, ``documents.parquet``, ...), or
+    ``decisions/<stage>.parquet``."""
     if table == DECISIONS:
         return Path(version_dir) / DECISIONS / f"{stage}.parquet"
     return Path(version_dir) / f"{table}.parquet"
@@ -90,7 +127,7 @@ def table_parts(version_dir: Path, table: str, stage: str | None = None) -> list
     folder = table_dir(version_dir, table, stage)
     if folder.is_dir():
         return sorted(folder.glob("part-*.parquet"))
-    legacy = _legacy_file(version_dir, table, stage)
+    legacy = table_file_v1(version_dir, table, stage)
     return [legacy] if legacy.is_file() else []
 
 
@@ -125,7 +162,7 @@ def lineage_part_for(version_dir: Path, manifest: dict[str, Any], sample_index: 
     for number, shard in enumerate(manifest["shards"]):
         if sample_index < start + int(shard["rows"]):
             folder = Path(version_dir) / LINEAGE
-            return number, (folder / part_name(number) if folder.is_dir() else Path(version_dir) / "lineage.parquet")
+            return number, (folder / part_name(number) if folder.is_dir() else table_file_v1(version_dir, LINEAGE))
         start += int(shard["rows"])
     raise ValueError(f"sample {sample_index} is past the version's {start} samples")
 
@@ -134,7 +171,7 @@ def lineage_parts_for(version_dir: Path, manifest: dict[str, Any], first: int, s
     """The lineage files holding samples ``first .. stop - 1`` (in order)."""
     folder = Path(version_dir) / LINEAGE
     if not folder.is_dir():
-        return [Path(version_dir) / "lineage.parquet"]
+        return [table_file_v1(version_dir, LINEAGE)]
     out, start = [], 0
     for number, shard in enumerate(manifest["shards"]):
         end = start + int(shard["rows"])

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from common.checks import check_int
 from pipeline import layout
-from pipeline.loader import read_manifest
+from pipeline.manifest import load_manifest
 from pipeline.order import check_dp, num_steps, rank_samples
 
 # id -> first EXCERPT_CHARS characters, sorted by id in small row groups.
@@ -115,7 +116,7 @@ def read_step_segments(version_dir: Path, first: int, stop: int, manifest: dict[
     ``(sample_index, segment)``; only the parts holding the range are
     opened, and in them only row groups whose statistics overlap it."""
     version_dir = Path(version_dir)
-    manifest = manifest or read_manifest(version_dir)
+    manifest = manifest or load_manifest(version_dir, check_samples=True)
     tables = []
     for path in layout.lineage_parts_for(version_dir, manifest, first, stop):
         parquet = pq.ParquetFile(path)
@@ -134,7 +135,7 @@ def read_document_segments(version_dir: Path, doc_id: str, manifest: dict[str, A
     index (its part for the id, then row-group statistics); a version built
     before the index existed is scanned (slow on big versions)."""
     version_dir = Path(version_dir)
-    manifest = manifest or read_manifest(version_dir)
+    manifest = manifest or load_manifest(version_dir, check_samples=True)
     columns = ["sample_index", *SEGMENT_COLUMNS]
     index_path = layout.id_table_part(version_dir, manifest, layout.LINEAGE_BY_DOC, doc_id)
     if index_path is not None:
@@ -166,7 +167,7 @@ def read_documents(version_dir: Path, ids: list[str], text_chars: int = DEFAULT_
         ValueError: an id is not in it (lineage and documents disagree).
     """
     version_dir = Path(version_dir)
-    manifest = manifest or read_manifest(version_dir)
+    manifest = manifest or load_manifest(version_dir, check_samples=True)
     columns = decision_columns(manifest) if columns is None else columns
     table = layout.DOCUMENTS
     text_column = "text"
@@ -243,12 +244,11 @@ def lineage_for_step(
     """
     version_dir = Path(version_dir)
     check_dp(global_batch, 0, dp_size)
-    manifest = read_manifest(version_dir)
+    manifest = load_manifest(version_dir, check_samples=True)
     steps = num_steps(manifest["num_samples"], global_batch)
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < steps:
         raise ValueError(f"step must be an int in [0, {steps}) for global_batch {global_batch}, got {step!r}")
-    if isinstance(around, bool) or not isinstance(around, int) or around < 0:
-        raise ValueError(f"around must be an int >= 0, got {around!r}")
+    check_int("around", around, 0)
     first_step, last_step = max(0, step - around), min(steps - 1, step + around)
 
     first = first_step * global_batch
@@ -311,7 +311,7 @@ def lineage_for_document(
     """
     version_dir = Path(version_dir)
     check_dp(global_batch, 0, dp_size)
-    manifest = read_manifest(version_dir)
+    manifest = load_manifest(version_dir, check_samples=True)
     used = num_steps(manifest["num_samples"], global_batch) * global_batch
     segments = read_document_segments(version_dir, doc_id, manifest)
     pieces = []

@@ -17,7 +17,7 @@ index list (~0.5 s and a Python list per million rows, measured).
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
 document boundaries were added, ``actual_seq_len`` (int32[width]: where
 documents end in the model input, mindformers' compressed end-of-document
-format; see ``stages.packing.document_boundaries``). The manifest's
+format; see ``pipeline.packing.document_boundaries``). The manifest's
 ``columns`` maps each stored column to its row shape; a version without it
 holds ``input_ids`` only.
 
@@ -27,8 +27,10 @@ manifest must match its digest ``manifest.sha256`` when present, and with
 ``check_sha256=True`` every shard's SHA-256 must equal the manifest's.
 
 Imports nothing from ``stages/``. MindSpore is imported inside
-:func:`create_dataset`, so :func:`resolve_version` and :func:`read_manifest`
-are cheap for the lineage lookup and the CLI.
+:func:`create_dataset`, so finding a version
+(:func:`pipeline.location.resolve_version`) and reading its manifest
+(:func:`pipeline.manifest.load_manifest` with ``check_samples``) stay cheap
+for the lineage lookup and the CLI.
 """
 
 from __future__ import annotations
@@ -39,66 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import location
-from pipeline.manifest import ManifestError, check_manifest_digest, parse_manifest, sha256_file
+from common.checks import check_int
+from common.io import sha256_file
+from pipeline import layout
+from pipeline.location import resolve_version
+from pipeline.manifest import load_manifest
 from pipeline.order import check_dp, num_steps
 
-MANIFEST = "manifest.json"
 COLUMN = "input_ids"
-
-
-def resolve_version(version: str | Path, corpora_root: str | Path | None = None,
-                    config: str | Path | None = None) -> Path:
-    """The directory of a published version: ``version`` is a version
-    directory's path, or a name under the corpora root of
-    :func:`pipeline.location.corpora_root` (``corpora_root``, else
-    ``$MINDCORPUS_CORPORA_DIR``, else the ``corpora_dir`` of ``config`` or of
-    ``configs/<version>.yaml`` / ``configs/default.yaml``): the rule ``build``
-    and every command use.
-
-    Raises:
-        FileNotFoundError: no ``manifest.json`` there (the message names the
-            path and where the root came from).
-    """
-    return location.resolve_version(version, corpora_root, config)
-
-
-def read_manifest(version_dir: str | Path, require_digest: bool = False) -> dict[str, Any]:
-    """Read and check the parts of ``manifest.json`` the loader relies on.
-
-    The manifest's bytes are checked against ``manifest.sha256`` when that
-    file is there (always with ``require_digest``).
-
-    Returns:
-        The parsed manifest.
-    Raises:
-        FileNotFoundError: no ``manifest.json``.
-        ValueError: the manifest is not a JSON object (``ManifestError``), its
-            digest differs (or is missing with ``require_digest``),
-            ``seq_length`` not an int >= 1, ``num_samples`` not an int >= 0,
-            ``shards`` empty or an entry without ``name``/``rows``, or the
-            shards' ``rows`` do not add up to ``num_samples``.
-    """
-    path = Path(version_dir) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{version_dir} is not a corpus version (no {MANIFEST})")
-    problem = check_manifest_digest(Path(version_dir), required=require_digest)
-    if problem:
-        raise ManifestError(f"{Path(version_dir)}/{problem}")
-    manifest = parse_manifest(path.read_bytes(), path)
-    for key, minimum in (("seq_length", 1), ("num_samples", 0)):
-        value = manifest.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{path}: {key} must be an int >= {minimum}, got {value!r}")
-    shards = manifest.get("shards")
-    if not isinstance(shards, list) or not shards or not all(
-            isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("rows"), int)
-            and not isinstance(s.get("rows"), bool) for s in shards):
-        raise ValueError(f"{path}: shards must be a non-empty list of {{name, rows, ...}}")
-    total = sum(int(s["rows"]) for s in shards)
-    if total != manifest["num_samples"]:
-        raise ValueError(f"{path}: shards hold {total} rows but num_samples is {manifest['num_samples']}")
-    return manifest
 
 
 def _shard_path(version_dir: Path, name: str) -> Path:
@@ -106,7 +56,7 @@ def _shard_path(version_dir: Path, name: str) -> Path:
     directory (``../x``, absolute paths)."""
     rel = Path(name)
     if rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"{version_dir / MANIFEST}: shard name {name!r} is outside the version directory")
+        raise ValueError(f"{version_dir / layout.MANIFEST}: shard name {name!r} is outside the version directory")
     return Path(version_dir) / rel
 
 
@@ -132,17 +82,17 @@ def check_shards(version_dir: Path, manifest: dict[str, Any], check_sha256: bool
     version_dir = Path(version_dir)
     shards = [(shard, _shard_path(version_dir, shard["name"])) for shard in manifest["shards"]]
     for shard, path in shards:  # every file before MindSpore opens any
-        for needed in (path, Path(f"{path}.db")):
+        for needed in (path, layout.shard_index(path)):
             if not needed.is_file():
                 raise FileNotFoundError(f"shard file {needed} is missing")
         size = path.stat().st_size
         if isinstance(shard.get("bytes"), int) and size != shard["bytes"]:
             raise ValueError(f"{path}: {size} bytes, the manifest says {shard['bytes']} (truncated or replaced)")
         if check_sha256:
-            for file, key in ((path, "sha256"), (Path(f"{path}.db"), "db_sha256")):
+            for file, key in ((path, "sha256"), (layout.shard_index(path), "db_sha256")):
                 if key not in shard:
                     if key == "sha256":
-                        raise ValueError(f"{version_dir / MANIFEST}: shard {shard['name']} has no sha256")
+                        raise ValueError(f"{version_dir / layout.MANIFEST}: shard {shard['name']} has no sha256")
                     continue
                 if sha256_file(file) != shard[key]:
                     raise ValueError(f"{file}: SHA-256 differs from the manifest (corrupt or replaced)")
@@ -153,11 +103,6 @@ def check_shards(version_dir: Path, manifest: dict[str, Any], check_sha256: bool
             raise ValueError(f"{path}: holds {rows} rows, manifest says {shard['rows']}")
         paths.append(str(path))
     return paths
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def create_dataset(
@@ -207,7 +152,7 @@ def create_dataset(
             later steps are the only rows read.
         corpora_root: where version names are looked up; default
             ``$MINDCORPUS_CORPORA_DIR``, else the config's ``corpora_dir``
-            (see :func:`resolve_version`; the rule ``build`` uses).
+            (see :func:`pipeline.location.resolve_version`; the rule ``build`` uses).
         columns: the columns to read, default every column the version stores
             (``input_ids`` first). Reading only ``["input_ids"]`` skips the
             boundaries.
@@ -233,15 +178,15 @@ def create_dataset(
     """
     per_rank_batch = check_dp(global_batch, dp_rank, dp_size)
     cpus = os.cpu_count() or 1
-    _check_int("num_parallel_workers", num_parallel_workers, 1)
+    check_int("num_parallel_workers", num_parallel_workers, 1)
     if num_parallel_workers > cpus:
         raise ValueError(f"num_parallel_workers must be <= {cpus} (the CPU count), got {num_parallel_workers}")
-    _check_int("prefetch_size", prefetch_size, 1)
-    _check_int("seed", seed, 0)
-    _check_int("start_step", start_step, 0)
+    check_int("prefetch_size", prefetch_size, 1)
+    check_int("seed", seed, 0)
+    check_int("start_step", start_step, 0)
 
     version_dir = resolve_version(version, corpora_root, config)
-    manifest = read_manifest(version_dir, require_digest=check_sha256)
+    manifest = load_manifest(version_dir, require_digest=check_sha256, check_samples=True)
     steps = num_steps(manifest["num_samples"], global_batch)
     if steps == 0:
         raise ValueError(

@@ -17,8 +17,9 @@ A version is named either by a *name* (``v1``: looked up under the root) or by
 a *path* (anything with a ``/``, or a ``Path``): the directory itself. A bare
 name is never looked up in the working directory.
 
-Light on purpose (``pathlib`` and ``yaml``): the loader and the lineage lookup
-import it inside training jobs.
+Light on purpose (``pathlib``, ``yaml`` and the file names of
+:mod:`pipeline.layout`): the loader and the lineage lookup import it inside
+training jobs.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from typing import NamedTuple
 
 import yaml
 
+from pipeline.layout import MANIFEST
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 ENV = "MINDCORPUS_CORPORA_DIR"
 DEFAULT_CORPORA_DIR = "corpora"  # the config's default (pipeline.config._BuildBase.corpora_dir)
-MANIFEST = "manifest.json"
 
 
 class CorporaRoot(NamedTuple):

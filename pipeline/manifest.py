@@ -28,31 +28,28 @@ The manifest has its own digest: ``manifest.sha256`` next to it, in
 (:func:`check_manifest_digest`) and by the loader; ``sha256sum -c
 manifest.sha256`` checks it too. It guards against corruption and edits, not
 against someone who rewrites both files.
+
+:func:`load_manifest` is the one reader of a published manifest (the CLI,
+``report``, ``diff``, the loader and the lineage lookup); ``verify`` parses
+the same bytes with :func:`parse_manifest` so that it can list every problem
+instead of stopping at the first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "manifest.json"
-MANIFEST_DIGEST = "manifest.sha256"
+from common.checks import check_int
+from common.io import json_text, sha256_file, write_bytes_atomic
+from pipeline.layout import MANIFEST, MANIFEST_DIGEST, RUN_LOG, TOKENIZER
+
 # 2: split tables (lineage/, documents/, ..., pipeline.layout), "layout" section.
 # 3: "code" section (code digests per phase), "settings" per stage.
 MANIFEST_FORMAT = 3
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def code_commit(repo: Path) -> str:
@@ -76,29 +73,21 @@ class ManifestError(ValueError):
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
     """The bytes of ``manifest.json``: UTF-8 JSON, sorted keys, 2-space indent,
     final newline (the form the digest is taken of)."""
-    return (json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
-
-
-def _write_atomic(data: bytes, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    return json_text(manifest, indent=2, sort_keys=True, ensure_ascii=False, final_newline=True).encode("utf-8")
 
 
 def write_manifest(manifest: dict[str, Any], version_dir: Path) -> str:
     """Write ``manifest.json`` and its digest ``manifest.sha256`` into
-    ``version_dir`` (each atomically; the digest last).
+    ``version_dir`` (each atomically and flushed to disk before its rename,
+    :func:`common.io.write_bytes_atomic`; the digest last).
 
     Returns:
         The hex sha256 of the manifest's bytes.
     """
     data = manifest_bytes(manifest)
     digest = hashlib.sha256(data).hexdigest()
-    _write_atomic(data, Path(version_dir) / MANIFEST)
-    _write_atomic(f"{digest}  {MANIFEST}\n".encode("ascii"), Path(version_dir) / MANIFEST_DIGEST)
+    write_bytes_atomic(data, Path(version_dir) / MANIFEST, fsync=True)
+    write_bytes_atomic(f"{digest}  {MANIFEST}\n".encode("ascii"), Path(version_dir) / MANIFEST_DIGEST, fsync=True)
     return digest
 
 
@@ -156,23 +145,61 @@ def parse_manifest(data: bytes, where: str | Path = MANIFEST) -> dict[str, Any]:
     return manifest
 
 
-def load_manifest(version_dir: Path) -> dict[str, Any]:
-    """Read ``<version_dir>/manifest.json``, checked against
-    ``manifest.sha256`` when that file is there (versions written before the
-    digest existed have none).
+def load_manifest(version_dir: str | Path, require_digest: bool = False,
+                  check_samples: bool = False) -> dict[str, Any]:
+    """Read ``<version_dir>/manifest.json``: the one reader of a published
+    manifest.
+
+    The bytes are checked against ``manifest.sha256`` when that file is there
+    (versions written before the digest existed have none), and always with
+    ``require_digest``.
+
+    Args:
+        version_dir: a version directory (see ``pipeline.location.resolve_version``).
+        require_digest: a missing ``manifest.sha256`` is an error (the
+            loader's ``check_sha256``).
+        check_samples: also check the fields a reader of samples relies on
+            (the loader, the lineage lookup): ``seq_length`` an int >= 1,
+            ``num_samples`` an int >= 0, ``shards`` a non-empty list of
+            ``{name, rows, ...}`` whose ``rows`` add up to ``num_samples``.
+
+    Returns:
+        The parsed manifest.
 
     Raises:
-        FileNotFoundError: not a published version directory.
-        ManifestError: the digest differs (an edited or corrupt manifest), or
-            the file is not a JSON object; the message names the file.
+        FileNotFoundError: not a published version directory (no
+            ``manifest.json``).
+        ManifestError: the digest differs (an edited or corrupt manifest) or
+            is missing with ``require_digest``; the file is not a JSON
+            object. The message names the file.
+        ValueError: with ``check_samples``, a field above is missing or
+            wrong (the message names the file and the field).
     """
-    path = Path(version_dir) / MANIFEST
-    if not path.exists():
+    version_dir = Path(version_dir)
+    path = version_dir / MANIFEST
+    if not path.is_file():
         raise FileNotFoundError(f"{version_dir} is not a corpus version (no {MANIFEST})")
-    problem = check_manifest_digest(Path(version_dir), required=False)
+    problem = check_manifest_digest(version_dir, required=require_digest)
     if problem:
-        raise ManifestError(f"{Path(version_dir)}/{problem}")
-    return parse_manifest(path.read_bytes(), path)
+        raise ManifestError(f"{version_dir}/{problem}")
+    manifest = parse_manifest(path.read_bytes(), path)
+    if check_samples:
+        _check_sample_fields(manifest, path)
+    return manifest
+
+
+def _check_sample_fields(manifest: dict[str, Any], path: Path) -> None:
+    """The checks of :func:`load_manifest` ``check_samples`` (ValueError)."""
+    for key, minimum in (("seq_length", 1), ("num_samples", 0)):
+        check_int(key, manifest.get(key), minimum, where=f"{path}: ")
+    shards = manifest.get("shards")
+    if not isinstance(shards, list) or not shards or not all(
+            isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("rows"), int)
+            and not isinstance(s.get("rows"), bool) for s in shards):
+        raise ValueError(f"{path}: shards must be a non-empty list of {{name, rows, ...}}")
+    total = sum(int(s["rows"]) for s in shards)
+    if total != manifest["num_samples"]:
+        raise ValueError(f"{path}: shards hold {total} rows but num_samples is {manifest['num_samples']}")
 
 
 def without_run_facts(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -234,7 +261,7 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "stage_order": list(stage_reports),
         "stages": stage_reports,
         "accounting": accounting,
-        "tokenizer": {"file": "tokenizer.json", "sha256": files["tokenizer.json"],
+        "tokenizer": {"file": TOKENIZER, "sha256": files[TOKENIZER],
                       **{k: v for k, v in tok.items() if k != "tokenizer_sha256"}},
         "tokenizer_report": assembled["tokenizer_report"],
         "mixture": mixture_facts,
@@ -247,6 +274,6 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         **run,
         "host": socket.gethostname(),
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",
-        "log": "run.log.jsonl",
+        "log": RUN_LOG,
     }
     return manifest

@@ -20,17 +20,13 @@ trains past it re-reads the same pre-shuffled order (acceptable for now:
 pretraining usually runs under one epoch, and repeats chosen by the mixture are
 already materialised as separate samples at build time).
 
-Pure Python; imported by the loader, the lineage lookup and the CLI.
+Pure Python (and :mod:`common.checks`); imported by the loader, the lineage lookup
+and the CLI.
 """
 
 from __future__ import annotations
 
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+from common.checks import check_int
 
 
 def check_dp(global_batch: int, dp_rank: int, dp_size: int) -> int:
@@ -42,9 +38,9 @@ def check_dp(global_batch: int, dp_rank: int, dp_size: int) -> int:
         ValueError: ``global_batch < 1``, ``dp_size < 1``, ``dp_rank`` outside
             ``[0, dp_size)``, or ``global_batch % dp_size != 0``.
     """
-    _check_int("global_batch", global_batch, 1)
-    _check_int("dp_size", dp_size, 1)
-    _check_int("dp_rank", dp_rank, 0)
+    check_int("global_batch", global_batch, 1, type_error=True)
+    check_int("dp_size", dp_size, 1, type_error=True)
+    check_int("dp_rank", dp_rank, 0, type_error=True)
     if dp_rank >= dp_size:
         raise ValueError(f"dp_rank must be in [0, {dp_size}), got {dp_rank}")
     if global_batch % dp_size:
@@ -59,8 +55,8 @@ def num_steps(num_samples: int, global_batch: int) -> int:
     Raises:
         TypeError / ValueError: ``num_samples < 0`` or ``global_batch < 1``.
     """
-    _check_int("num_samples", num_samples, 0)
-    _check_int("global_batch", global_batch, 1)
+    check_int("num_samples", num_samples, 0, type_error=True)
+    check_int("global_batch", global_batch, 1, type_error=True)
     return num_samples // global_batch
 
 
@@ -73,8 +69,8 @@ def step_samples(step: int, global_batch: int) -> range:
     Raises:
         TypeError / ValueError: ``step < 0`` or ``global_batch < 1``.
     """
-    _check_int("step", step, 0)
-    _check_int("global_batch", global_batch, 1)
+    check_int("step", step, 0, type_error=True)
+    check_int("global_batch", global_batch, 1, type_error=True)
     return range(step * global_batch, (step + 1) * global_batch)
 
 

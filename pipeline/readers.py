@@ -284,16 +284,12 @@ def input_identity(path: str | Path, storage_options: dict | None = None) -> dic
 
 
 def input_size_and_sha256(path: str | Path, storage_options: dict | None = None) -> tuple[int, str]:
-    """(bytes, hex sha256) of an input file, read in 1 MiB chunks."""
-    import hashlib
+    """(bytes, hex sha256) of an input file (local or fsspec), read in 1 MiB
+    chunks (:func:`common.io.sha256_stream`)."""
+    from common.io import sha256_stream
 
-    h = hashlib.sha256()
-    size = 0
     with open_input(path, storage_options) as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-            size += len(block)
-    return size, h.hexdigest()
+        return sha256_stream(fh)
 
 
 def detect_format(path: Path) -> str:

@@ -20,6 +20,7 @@ import html
 import io
 import math
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.layout import REPORT, TOKENIZER, TOKENIZER_REPORT_DIR, TOKENIZER_REPORT_STEM
 from pipeline.manifest import load_manifest
 from stages.base import Figure
-
-REPORT = "report.html"
 
 # Training-time plan defaults (override on the command line):
 # - peak: 400e12 FLOP/s dense BF16 per accelerator, a round figure in the range
@@ -74,10 +74,15 @@ def training_days(params: float, tokens: float, accelerators: int, peak_flops: f
 
 
 def plan_table(tokens: float, peak_flops: float = PLAN_DEFAULTS["peak_flops"], mfu: float = PLAN_DEFAULTS["mfu"],
-               overhead: float = PLAN_DEFAULTS["overhead"]) -> list[dict[str, Any]]:
-    """Planned days for :data:`PLAN_MODEL_SIZES` x :data:`PLAN_ACCELERATORS`."""
-    return [{"params": n, "accelerators": a, **training_days(n, tokens, a, peak_flops, mfu, overhead)}
-            for n in PLAN_MODEL_SIZES for a in PLAN_ACCELERATORS]
+               overhead: float = PLAN_DEFAULTS["overhead"],
+               model_sizes: Sequence[float] = PLAN_MODEL_SIZES) -> list[list[dict[str, Any]]]:
+    """The training-time plan table: one row per model size (``model_sizes``,
+    default :data:`PLAN_MODEL_SIZES`, in that order), one cell per accelerator
+    count of :data:`PLAN_ACCELERATORS`; each cell ``{"params",
+    "accelerators", **training_days(...)}``. The one table the report page
+    and ``inspect`` print."""
+    return [[{"params": n, "accelerators": a, **training_days(n, tokens, a, peak_flops, mfu, overhead)}
+             for a in PLAN_ACCELERATORS] for n in model_sizes]
 
 
 # --------------------------------------------------------------------------- data
@@ -516,7 +521,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     # tokenizer headline
     parts.append("<h2 id='tokenizer'>Tokenizer</h2>")
     tok = m.get("tokenizer", {})
-    parts.append(f"<p>vocabulary {_num(tok.get('vocab_size'))}, tokenizer.json sha256 <code>{_e(tok.get('sha256'))}"
+    parts.append(f"<p>vocabulary {_num(tok.get('vocab_size'))}, {TOKENIZER} sha256 <code>{_e(tok.get('sha256'))}"
                  "</code></p>")
     rep = m.get("tokenizer_report")
     if isinstance(rep, dict):
@@ -528,8 +533,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                             [[_e(lang)] + [_num(v.get(k)) for k in metrics] for lang, v in sorted(headline.items())]))
         for w in rep.get("warnings", []) or []:
             parts.append(f"<p class='warn'>warning: {_e(w)}</p>")
-        stem = rep.get("dir", "tokenizer_report")
-        parts.append(f"<p><a href='{_e(stem)}/tokenizer_report.html'>full tokenizer coverage report</a></p>")
+        stem = rep.get("dir", TOKENIZER_REPORT_DIR)
+        parts.append(f"<p><a href='{_e(stem)}/{TOKENIZER_REPORT_STEM}.html'>full tokenizer coverage report</a></p>")
 
     # training-time plan
     parts.append("<h2 id='plan'>Training-time plan</h2>")
@@ -539,10 +544,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                  f"{peak_flops:.3g} FLOP/s peak, MFU {mfu}: total 6·N·D = {one['flops']:.3g} FLOPs, ideal "
                  f"<span id='plan-ideal'>{one['ideal_days']:.4g}</span> days, planned (x{overhead}) "
                  f"<span id='plan-planned'>{one['planned_days']:.4g}</span> days.</p>")
-    plan_rows = []
-    for n in PLAN_MODEL_SIZES:
-        plan_rows.append([f"{n / 1e9:g}B"] + [f"{training_days(n, d, a, peak_flops, mfu, overhead)['planned_days']:.3g}"
-                                              for a in PLAN_ACCELERATORS])
+    plan_rows = [[f"{row[0]['params'] / 1e9:g}B"] + [f"{cell['planned_days']:.3g}" for cell in row]
+                 for row in plan_table(d, peak_flops, mfu, overhead)]
     parts.append(_table(["planned days"] + [f"{a} accelerators" for a in PLAN_ACCELERATORS], plan_rows))
     parts.append("<p>Defaults and their sources are in <code>pipeline/report.py</code> (PLAN_DEFAULTS).</p>")
 

@@ -30,9 +30,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from common.errors import naming_path
+from common.io import write_json_atomic
+from pipeline.layout import RUN_LOG
 
 CRASH_ENV = "MINDCORPUS_CRASH_AFTER"
+# In the build's work directory, next to the run log (RUN_LOG).
+HEARTBEAT = "heartbeat.json"
 
 
 def _now() -> str:
@@ -83,8 +86,8 @@ class RunLog:
     def __init__(self, work_dir: Path, echo: Callable[[str], None] = print, secrets: set[str] | None = None):
         from pipeline.redact import scrub_text
 
-        self.path = work_dir / "run.log.jsonl"
-        self.heartbeat_path = work_dir / "heartbeat.json"
+        self.path = work_dir / RUN_LOG
+        self.heartbeat_path = work_dir / HEARTBEAT
         self.secrets = set(secrets or ())
         self.echo = lambda message: echo(scrub_text(message, self.secrets))
         self._fh = open(self.path, "a", encoding="utf-8")
@@ -109,11 +112,10 @@ class RunLog:
         if not force and now - self._last_beat < 1.0:
             return
         self._last_beat = now
-        tmp = self.heartbeat_path.with_name(f"heartbeat.json.tmp-{os.getpid()}")
-        with naming_path(tmp, discard=True):  # a full disk names the file
-            tmp.write_text(json.dumps({"ts": _now(), "pid": os.getpid(), "host": self.host, "stage": stage,
-                                       "done": done, "total": total, "documents": documents}))
-        os.replace(tmp, self.heartbeat_path)
+        # compact, in this key order; a full disk names the file (common.io)
+        write_json_atomic({"ts": _now(), "pid": os.getpid(), "host": self.host, "stage": stage,
+                           "done": done, "total": total, "documents": documents}, self.heartbeat_path,
+                          indent=None, sort_keys=False, ensure_ascii=True, final_newline=False)
 
     def tracker(self, stage: str, total: int, documents: list[int] | None = None):
         """An ``on_done(index, result)`` callback for ``executor.map`` that

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-REPORT_STEM = "tokenizer_report"
+from pipeline.layout import TOKENIZER, TOKENIZER_REPORT_DIR
+from pipeline.layout import TOKENIZER_REPORT_STEM as REPORT_STEM
 HEADLINE = ("chars_per_token", "bytes_per_token", "tokens_per_word", "round_trip",
             "unknown_rate", "byte_fallback_rate")
 
@@ -608,15 +609,15 @@ def build_report(tokenize_config, partition_paths: list[Path], tokenizer_path: P
     cfg = tokenize_config
     docs = heldout_documents(partition_paths, seed, cfg.heldout_fraction, cfg.heldout_max_chars)
     report = run_report({"version": Path(tokenizer_path)}, docs)
-    report["tokenizers"]["version"]["path"] = "tokenizer.json"  # the version's own, not the tmp path
+    report["tokenizers"]["version"]["path"] = TOKENIZER  # the version's own, not the tmp path
     warnings = check_thresholds(report, cfg.report_min_round_trip, cfg.report_max_byte_fallback_rate,
                                 cfg.report_min_chars_per_token)
-    out = Path(version_dir) / REPORT_STEM
+    out = Path(version_dir) / TOKENIZER_REPORT_DIR
     write_report(report, out, warnings)
     for w in warnings:
         log(f"[tokenizer-report] WARNING {w}")
     m = report["tokenizers"]["version"]["metrics"]
-    return {"dir": REPORT_STEM, "heldout_documents": len(docs),
+    return {"dir": TOKENIZER_REPORT_DIR, "heldout_documents": len(docs),
             "heldout_chars": report["corpus"]["chars"],
             "headline": {lang: {k: g[k] for k in HEADLINE}
                          for lang, g in [*m["language"].items(), ("all", m["all"])]},

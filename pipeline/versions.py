@@ -24,7 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
-from pipeline.manifest import load_manifest, sha256_file
+from common.io import sha256_file
+from pipeline import layout
+from pipeline.manifest import load_manifest
 
 # Document ids listed per source and direction in a diff (the counts are always
 # complete); enough to look at a few in `lineage --doc`; our choice.
@@ -42,7 +44,7 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _config(version_dir: Path) -> dict[str, Any]:
-    path = version_dir / "config.yaml"
+    path = version_dir / layout.CONFIG
     return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
 
 
@@ -65,8 +67,6 @@ def _counts(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _document_parts(version_dir: Path, manifest: dict[str, Any]) -> tuple[list[Path], int]:
-    from pipeline import layout
-
     parts = layout.table_parts(version_dir, layout.DOCUMENTS)
     return parts, (layout.num_id_parts(manifest, layout.DOCUMENTS) if len(parts) > 1 else 1)
 
@@ -74,8 +74,6 @@ def _document_parts(version_dir: Path, manifest: dict[str, Any]) -> tuple[list[P
 def _ids_of(path: Path | None, part: int | None = None, num_parts: int = 1) -> pa.Table:
     """``id``, ``source`` of one part (only the ids of id part ``part`` of
     ``num_parts`` when given: the slice a finer-split version compares)."""
-    from pipeline import layout
-
     if path is None:
         return pa.table({"id": pa.array([], pa.string()), "source": pa.array([], pa.string())})
     table = pq.read_table(path, columns=["id", "source"])
@@ -213,7 +211,8 @@ def verify_version(version_dir: str | Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError: not a version directory (no ``manifest.json``).
     """
-    from pipeline.manifest import MANIFEST, ManifestError, check_manifest_digest, parse_manifest
+    from pipeline.layout import MANIFEST
+    from pipeline.manifest import ManifestError, check_manifest_digest, parse_manifest
 
     version_dir = Path(version_dir)
     path = version_dir / MANIFEST
@@ -260,9 +259,9 @@ def verify_version(version_dir: str | Path) -> dict[str, Any]:
             continue
         why = _digest_problem(data, shard["sha256"])
         if why is None and "db_sha256" in shard:
-            why = _digest_problem(Path(f"{data}.db"), shard["db_sha256"])
+            why = _digest_problem(layout.shard_index(data), shard["db_sha256"])
             why = why and f".db index {why}"
-        elif why is None and not Path(f"{data}.db").is_file():
+        elif why is None and not layout.shard_index(data).is_file():
             why = ".db index missing"
         if why:
             bad_shards.append(name)

@@ -9,7 +9,7 @@ one call across files at random, so the layout would change run to run
 
 Schema: ``{"input_ids": {"type": "int32", "shape": [seq_length + 1]}}`` plus any
 extra int32 columns of fixed width, e.g. ``actual_seq_len`` (the document
-boundaries, ``stages.packing.document_boundaries``). A fixed shape (rather than
+boundaries, ``pipeline.packing.document_boundaries``). A fixed shape (rather than
 mindformers' ``[-1]``) records the row length in every shard's own header, so
 the loader checks each shard against the manifest's ``seq_length`` without
 reading a row, and batches need no padding; the stored bytes are the same
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.manifest import sha256_file
+from common.io import sha256_file
+from pipeline import layout
 
-SHARD_DIR = "shards"
 COLUMN = "input_ids"
 SCHEMA_DESC = "mindcorpus packed pretraining samples"
 
@@ -110,12 +110,6 @@ def mindspore_reason(exc: BaseException) -> str:
             return line.removeprefix("[ERROR]").strip()
     meaningful = [line for line in lines if not line.startswith(("-", "Exception thrown from dataset pipeline"))]
     return (meaningful or lines or [type(exc).__name__])[0]
-
-
-def shard_name(prefix: str, index: int) -> str:
-    """Name of shard ``index`` relative to the version directory,
-    e.g. ``shards/corpus-00000.mindrecord``."""
-    return f"{SHARD_DIR}/{prefix}-{index:05d}.mindrecord"
 
 
 def _next_pow2(n: int) -> int:
@@ -283,7 +277,7 @@ class ShardWriter:
         # users like every other file of the version: apply the process umask.
         umask = os.umask(0)
         os.umask(umask)
-        for file in (self.path, Path(f"{self.path}.db")):
+        for file in (self.path, layout.shard_index(self.path)):
             os.chmod(file, 0o666 & ~umask)
         return written
 
@@ -300,7 +294,7 @@ def write_one_shard(path: Path, columns: dict[str, np.ndarray], page: int, heade
 def write_shards(
     samples: np.ndarray,
     out_dir: str | Path,
-    prefix: str = "corpus",
+    prefix: str = layout.SHARD_PREFIX,
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     columns: dict[str, np.ndarray] | None = None,
 ) -> list[dict]:
@@ -352,7 +346,7 @@ def write_shards(
     if max_shard_bytes < 1:
         raise ValueError(f"max_shard_bytes must be >= 1, got {max_shard_bytes}")
     out_dir = Path(out_dir)
-    (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / layout.SHARDS).mkdir(parents=True, exist_ok=True)
     num_rows, row_length = samples.shape
     rows_per_shard = max(1, max_shard_bytes // (4 * row_length))
     # One page/header size for every shard: MindDataset refuses to read files
@@ -362,9 +356,9 @@ def write_shards(
 
     shards = []
     for index, start in enumerate(range(0, num_rows, rows_per_shard)):
-        name = shard_name(prefix, index)
+        name = layout.shard_name(index, prefix)
         path = out_dir / name
-        for existing in (path, Path(f"{path}.db")):
+        for existing in (path, layout.shard_index(path)):
             if existing.exists():
                 raise FileExistsError(f"{existing} exists; shards are never overwritten")
         rows = samples[start : start + rows_per_shard]
@@ -374,7 +368,7 @@ def write_shards(
             {
                 "name": name,
                 "sha256": sha256_file(path),
-                "db_sha256": sha256_file(Path(f"{path}.db")),
+                "db_sha256": sha256_file(layout.shard_index(path)),
                 "rows": int(rows.shape[0]),
                 "bytes": path.stat().st_size,
             }

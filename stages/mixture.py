@@ -41,7 +41,7 @@ where the prefix ends and reads only the ranges the fill can still take from
 ``process`` computes each document's copies from its own id hash (no lookup
 against the corpus), adds ``mixture_repeats`` and drops documents with 0 copies
 with reason ``mixture.not_sampled``. Spreading the copies of a document apart in
-the output is the document order's job (``stages.packing.copy_keys``).
+the output is the document order's job (``pipeline.packing.copy_keys``).
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pydantic
 
+from common.hashing import id_hash, id_hashes
+from common.io import write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
+from common.hashing import id_hash
 from stages.base import Column, FitResult, Partitions, RequiredStageConfig, Stage, with_decision
-from stages.packing import id_hash
 
 REASON_NOT_SAMPLED = "mixture.not_sampled"
 # First-fit skips before the final closest-overshoot step: bounds the work per
@@ -475,7 +477,7 @@ def mixture_keys(task: dict[str, Any]) -> dict[str, Any]:
     table = read_kept(task["part"], ["id", "source", "tokenize_num_tokens"])
     ids = table["id"].to_pylist()
     seed, bits = task["seed"], task["bits"]
-    hashes = np.fromiter((id_hash(i, seed) for i in ids), dtype=np.uint64, count=len(ids))
+    hashes = id_hashes(ids, seed)
     tokens = table["tokenize_num_tokens"].to_numpy(zero_copy_only=False).astype(np.int64)
     if (tokens < 0).any():
         raise ValueError("mixture: negative tokenize_num_tokens")
@@ -613,10 +615,9 @@ class MixtureStage(Stage):
         if len(set(extra_ids)) != len(extra_ids):
             raise ValueError("mixture: duplicate document ids in the input")
         work.mkdir(parents=True, exist_ok=True)
-        _write_atomic(extra, work / EXTRA_FILE)
-        (work / f".{PLAN_FILE}.tmp").write_text(json.dumps({"seed": self.ctx.seed, "sources": plan},
-                                                           sort_keys=True, indent=1))
-        (work / f".{PLAN_FILE}.tmp").replace(work / PLAN_FILE)
+        write_table_atomic(extra, work / EXTRA_FILE)
+        write_json_atomic({"seed": self.ctx.seed, "sources": plan}, work / PLAN_FILE, indent=1, sort_keys=True,
+                          ensure_ascii=True, final_newline=False)
         forget(files)
         shutil.rmtree(spill, ignore_errors=True)
         facts = _facts(targets, documents, available, realized, sampled, copies)
@@ -674,9 +675,3 @@ class MixtureStage(Stage):
             repeats[i] = entry["full"] + int(taken)
         reasons = [None if r > 0 else REASON_NOT_SAMPLED for r in repeats]
         return with_decision(table, {"mixture_repeats": pa.array(repeats, pa.int32())}, reasons)
-
-
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)

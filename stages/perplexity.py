@@ -42,6 +42,7 @@ import pydantic
 
 from common.errors import naming_path
 from common.errors import ToolError
+from common.io import sha256_file, write_json_atomic
 from stages.base import Column, Figure, FitResult, Partitions, Stage, StageConfig, StageContext, read_kept, with_decision
 from stages.text import nfkc, words
 
@@ -421,7 +422,7 @@ def reference_documents(path: Path, reference_source: str, languages: list[str] 
         ``reference_source`` with a non-null ``langid_lang`` (in ``languages``
         when given), in row order. Top-level so ``Partitions.map`` can pickle it.
     """
-    from stages.packing import id_hash
+    from common.hashing import id_hash
 
     table = read_kept(path, ["id", "source", "text", "langid_lang"])
     out = []
@@ -649,14 +650,6 @@ def _publish(cached: Path, local: Path) -> Path:
     return local
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 # ----------------------------------------------------------------- stage
 
 class PerplexityStage(Stage):
@@ -751,7 +744,7 @@ class PerplexityStage(Stage):
             cutoffs = [percentile(values, q) for q in cfg.bucket_percentiles] if values else None
             models[lang] = {"model": local.name, "tokenizer_model": None, "threshold": threshold,
                             "bucket_cutoffs": cutoffs}
-            facts[lang] = {"model_sha256": _sha256_file(local), "tokenizer_sha256": None,
+            facts[lang] = {"model_sha256": sha256_file(local), "tokenizer_sha256": None,
                            "given_model": str(given), "reference_docs": len(docs),
                            "reference_chars": sum(d[2] for d in docs), "distribution": "given model, in-sample",
                            "threshold": threshold, "bucket_cutoffs": cutoffs}
@@ -789,8 +782,8 @@ class PerplexityStage(Stage):
                             "tokenizer_model": None if local_sp is None else local_sp.name,
                             "threshold": threshold, "bucket_cutoffs": cutoffs}
             facts[lang] = {
-                "model_sha256": _sha256_file(local),
-                "tokenizer_sha256": None if local_sp is None else _sha256_file(local_sp),
+                "model_sha256": sha256_file(local),
+                "tokenizer_sha256": None if local_sp is None else sha256_file(local_sp),
                 "reference_docs": len(docs),
                 "reference_chars": chars,
                 "reference_tokens": sum(t.count(" ") + 2 for t in tokenizer(lines) if t),
@@ -801,11 +794,8 @@ class PerplexityStage(Stage):
             }
         for lang in sorted(set(cfg.max_perplexity) - set(models)):
             skipped.setdefault(lang, "max_perplexity given but no model")
-        tmp = work_dir / "models.json.tmp"
-        tmp.write_text(json.dumps({"order": cfg.order, "action": cfg.action,
-                                   "tokenizer": cfg.tokenizer, "languages": models},
-                                  indent=2, sort_keys=True))
-        os.replace(tmp, work_dir / "models.json")
+        write_json_atomic({"order": cfg.order, "action": cfg.action, "tokenizer": cfg.tokenizer, "languages": models},
+                          work_dir / "models.json", indent=2, sort_keys=True, ensure_ascii=True, final_newline=False)
         self._models_json = None
         warnings = tuple(f"language {lang}: no model ({why}); its documents are kept without a perplexity or "
                          "bucket (give more reference text or perplexity.models)"

@@ -50,7 +50,6 @@ text), ``tokenize.encode_error`` (no encoder could encode it; the error is in
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import shutil
 from collections import defaultdict
@@ -62,8 +61,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
 
+from common.hashing import id_hash
+from common.io import atomic_path, sha256_file, write_table_atomic
 from stages.base import Column, FitResult, Partitions, RequiredStageConfig, Stage, read_kept, view_columns, with_decision
-from stages.packing import id_hash
 
 TOKENIZER_FILE = "tokenizer.json"
 ENCODER_FILE = "encoder.json"
@@ -621,12 +621,8 @@ def _draw(task: dict[str, Any]) -> dict[str, int]:
             continue
         groups.append(group)
         texts.append(text)
-    out = Path(task["out"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    pq.write_table(pa.table({"group": pa.array(groups, pa.string()), "text": pa.array(texts, pa.large_string())}),
-                   tmp, compression="zstd")
-    tmp.replace(out)
+    write_table_atomic(pa.table({"group": pa.array(groups, pa.string()), "text": pa.array(texts, pa.large_string())}),
+                       Path(task["out"]), compression="zstd")
     return {"heldout": heldout}
 
 
@@ -773,15 +769,14 @@ class TokenizeStage(Stage):
         else:
             tokenizer = train_bpe(training_sample(partitions, config, self.ctx.seed, counts,
                                                   Path(self.ctx.work_dir) / "sample"), config)
-            tmp = out.with_suffix(".json.tmp")
-            tokenizer.save(str(tmp))
-            tmp.replace(out)
+            with atomic_path(out) as tmp:
+                tokenizer.save(str(tmp))
         _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
         (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
         largest = max_token_id(tokenizer)
         special = _special_ids(tokenizer, config)
         return FitResult(facts={
-            "tokenizer_sha256": hashlib.sha256(out.read_bytes()).hexdigest(),
+            "tokenizer_sha256": sha256_file(out),
             "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
             "max_token_id": largest,
             "token_id_dtype": token_id_dtype(largest).name,

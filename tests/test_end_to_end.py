@@ -18,9 +18,10 @@ import yaml
 import zstandard
 from tokenizers import Tokenizer
 
+from common.io import sha256_file
 from pipeline.build import VersionExistsError, build
 from pipeline.config import REPO_ROOT
-from pipeline.manifest import sha256_file, without_run_facts
+from pipeline.manifest import without_run_facts
 
 SAMPLE = REPO_ROOT / "data" / "sample"
 SEQ = 128

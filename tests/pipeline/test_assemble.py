@@ -1,5 +1,5 @@
 """pipeline/assemble.py: the streaming assembly writes what an in-memory
-assembly of the whole corpus would (stages.packing's reference functions),
+assembly of the whole corpus would (pipeline.packing's reference functions),
 whatever the partitioning, the bucket sizes and the number of workers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from pipeline.assemble import assemble_documents
 from pipeline.config import OutputConfig
 from pipeline.executor import LocalExecutor
-from stages.packing import document_boundaries, document_order, pack, pack_best_fit, shuffle_samples
+from pipeline.packing import document_boundaries, document_order, pack, pack_best_fit, shuffle_samples
 
 SEQ = 15
 WINDOW = SEQ + 1

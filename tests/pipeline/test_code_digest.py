@@ -214,8 +214,10 @@ def test_this_repository_s_stage_and_ingest_digests():
                "stages/heuristics/gopher_quality.py", "stages/heuristics/gopher_repetition.py",
                "stages/heuristics/ngrams.py", "stages/heuristics/presets.py", "stages/heuristics/rules.py",
                "stages/heuristics/stage.py", "stages/heuristics/view.py"]
-    assert sorted(heuristics.sources) == ["common/errors.py", "pipeline/executor.py", "stages/__init__.py",
-                                          "stages/base.py", *package, "stages/text.py"]
+    assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "pipeline/executor.py",
+                                          "stages/__init__.py", "stages/base.py", *package, "stages/text.py"]
+    # the executor writes the stage's layer with the shared atomic writer: it is in every stage's digest
+    assert "write_table_atomic" in heuristics.definitions["common/io.py"]
     # the stage package whole: every module of it, every statement of each
     assert sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "stages" / "heuristics").glob("*.py")) \
         == package
@@ -229,11 +231,17 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert "pipeline/readers.py" in ingest.sources and "pipeline/readers.py" not in ingest.definitions
     assert not any(p.startswith("stages/") and p != "stages/base.py" for p in ingest.sources)
     assert "ingest_file" in ingest.definitions["pipeline/build.py"]
+    # the shared helpers ingest writes and hashes with (common.io, common.hashing.id_hash of id_keys)
+    assert {"write_table_atomic", "write_json_atomic", "sha256_stream"} <= set(ingest.definitions["common/io.py"])
+    assert ingest.definitions["common/hashing.py"] == ["id_hash"]
     assemble = code_digest(ASSEMBLE_CODE)
-    assert {"pipeline/assemble.py", "pipeline/writer.py", "stages/packing.py"} <= set(assemble.sources)
+    assert {"pipeline/assemble.py", "pipeline/writer.py", "pipeline/packing.py", "common/hashing.py"} \
+        <= set(assemble.sources)
     assert "mindspore" in assemble.libraries
-    # the tokenizer stage reaches only the packer's id hash, not the packer
-    assert stage_code_digest("tokenize").definitions["stages/packing.py"] == ["id_hash"]
+    # the tokenizer stage reaches only the id hash of the shared helpers, not the packer
+    tokenize = stage_code_digest("tokenize")
+    assert tokenize.definitions["common/hashing.py"] == ["id_hash"]
+    assert not any(p.startswith("pipeline/") and p != "pipeline/executor.py" for p in tokenize.sources)
 
 
 DEDUP_MODULES = ["stages/dedup/__init__.py", "stages/dedup/cluster.py", "stages/dedup/components.py",

@@ -13,9 +13,24 @@ def test_training_days_for_7b_on_1t_tokens():
 
 
 def test_plan_table_scales_with_parameters_and_accelerators():
-    rows = {(r["params"], r["accelerators"]): r["planned_days"] for r in plan_table(1e12)}
+    table = plan_table(1e12)
+    # one row per model size, one cell per accelerator count, in the constants' order
+    assert [[(c["params"], c["accelerators"]) for c in row] for row in table] == \
+        [[(n, a) for a in (8, 64, 128, 512)] for n in (1e9, 7e9, 13e9, 70e9)]
+    rows = {(c["params"], c["accelerators"]): c["planned_days"] for row in table for c in row}
+    assert rows[(7e9, 128)] == pytest.approx(30.86, abs=0.01)  # as test_training_days_for_7b_on_1t_tokens
     assert rows[(70e9, 128)] == pytest.approx(10 * rows[(7e9, 128)])
     assert rows[(7e9, 64)] == pytest.approx(2 * rows[(7e9, 128)])
+
+
+def test_plan_table_takes_the_model_sizes_asked_for():
+    """``inspect`` adds its --model-params to the sizes; each cell is
+    training_days of that size and count."""
+    table = plan_table(2e11, peak_flops=1e15, mfu=0.5, overhead=2.0, model_sizes=[3e9])
+    assert len(table) == 1 and [c["accelerators"] for c in table[0]] == [8, 64, 128, 512]
+    # 6 * 3e9 * 2e11 = 3.6e21 FLOPs / (8 * 1e15 * 0.5) / 86,400 = 10.42 ideal days, x2 planned
+    assert table[0][0]["ideal_days"] == pytest.approx(3.6e21 / 4e15 / 86400)
+    assert table[0][0]["planned_days"] == pytest.approx(20.83, abs=0.01)
 
 
 @pytest.mark.parametrize("bad", [{"mfu": 0}, {"mfu": 1.5}, {"accelerators": 0}, {"tokens": -1}])

@@ -11,8 +11,9 @@ import yaml
 from test_lineage import REPEATS, TEXTS, build_tiny_version
 from typer.testing import CliRunner
 
+from common.io import sha256_file
 from pipeline.cli import app
-from pipeline.manifest import sha256_file, write_manifest
+from pipeline.manifest import write_manifest
 from pipeline.versions import (
     diff_versions,
     format_diff,

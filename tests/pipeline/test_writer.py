@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.io import sha256_file
 from pipeline.writer import (
     page_and_header_size,
     sha256_file,
@@ -141,7 +142,6 @@ def test_extra_column_is_stored_in_the_same_rows(tmp_path):
 def test_shard_bytes_do_not_depend_on_how_rows_are_handed_over(tmp_path):
     """MindRecord's layout depends on the rows per write call; ShardWriter
     always writes calls of 1,000 rows, so any split gives the same bytes."""
-    from pipeline.manifest import sha256_file
     from pipeline.writer import ShardWriter, page_and_header_size
 
     rows = (np.arange(2500 * 9, dtype=np.int32) % 977).reshape(2500, 9)

@@ -10,8 +10,13 @@ calls them in this order::
     permutation = shuffle_samples(len(samples), seed)         # write order
 
 All randomness comes from a counter-based hash (SplitMix64 over the seed and
-xxh64 of document ids), not from ``numpy.random``, so the result is the same on
-every platform and numpy version.
+the seeded xxh64 of document ids, :func:`common.hashing.id_hash`), not from
+``numpy.random``, so the result is the same on every platform and numpy
+version.
+
+Not a stage: the output side of the build (``pipeline.assemble`` runs it over
+spill files; these whole-array functions are also the in-memory reference
+the streaming assembly is tested against, tests/pipeline/test_assemble.py).
 """
 
 from __future__ import annotations
@@ -20,19 +25,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import xxhash
+
+from common.hashing import id_hashes
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ORDER_SALT = 0x6F72646572  # "order"
 _SHUFFLE_SALT = 0x73687566  # "shuf"
 PACKING_METHODS = ("concat_split", "best_fit")
-
-
-def id_hash(doc_id: str, seed: int) -> int:
-    """xxh64 of the UTF-8 document id, seeded by ``seed`` (taken mod 2^64):
-    the deterministic, order-independent key used for sampling and ordering
-    documents (tokenizer training sample, mixture, document order)."""
-    return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -86,8 +85,7 @@ def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.nda
     if any(doc_ids[a] == doc_ids[b] for a, b in zip(by_id, by_id[1:])):
         raise ValueError("document_order: duplicate document ids")
     by_id = np.array(by_id, dtype=np.int64)
-    hashes = np.fromiter((id_hash(doc_ids[i], seed) for i in by_id),
-                         dtype=np.uint64, count=len(by_id))
+    hashes = id_hashes([doc_ids[i] for i in by_id], seed)
     entry, repeat, key = copy_keys(hashes, repeats[by_id])
     doc = by_id[entry]
     perm = np.lexsort((repeat, entry, key))  # entry = id rank: ties by id, then copy
@@ -101,7 +99,7 @@ def copy_keys(hashes: np.ndarray, repeats: np.ndarray) -> tuple[np.ndarray, np.n
     document's copy count.
 
     Args:
-        hashes: uint64[n], ``id_hash(id, seed)`` of each document.
+        hashes: uint64[n], ``common.hashing.id_hash(id, seed)`` of each document.
         repeats: int[n] >= 0, copies of each document.
 
     Returns:

@@ -1,11 +1,11 @@
-"""Tests for stages/packing.py: document order, packing, sample shuffle."""
+"""Tests for pipeline/packing.py: document order, packing, sample shuffle."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stages.packing import (
+from pipeline.packing import (
     document_boundaries,
     document_order,
     pack,
@@ -227,7 +227,7 @@ def test_pack_pieces_past_two_to_the_31_tokens():
     """A range of the document order that starts 5e9 tokens into the stream
     (a version of more than 2**31 tokens) is cut exactly as the same copies at
     offset 0, shifted by whole windows: no 32-bit arithmetic anywhere."""
-    from stages.packing import pack_pieces
+    from pipeline.packing import pack_pieces
 
     lengths = np.array([7, 20, 3, 9], np.int64)
     window = 8
