@@ -129,16 +129,6 @@ def read_bucket(paths: list[Path], bucket: int, columns: list[str] | None = None
     return pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
 
 
-def bucket_counts(paths: list[Path]) -> dict[int, int]:
-    """Rows per bucket over ``paths`` (from the footers only)."""
-    counts: dict[int, int] = {}
-    for path in paths:
-        parquet, groups = _open(Path(path))
-        for bucket, group in groups.items():
-            counts[bucket] = counts.get(bucket, 0) + parquet.metadata.row_group(group).num_rows
-    return counts
-
-
 def forget(paths: list[Path] | None = None) -> None:
     """Drop cached open files (all, or those of ``paths``), e.g. before deleting them."""
     if paths is None:

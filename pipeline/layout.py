@@ -155,18 +155,6 @@ def id_table_part(version_dir: Path, manifest: dict[str, Any], table: str, doc_i
     return parts[id_part(doc_id, k)]
 
 
-def lineage_part_for(version_dir: Path, manifest: dict[str, Any], sample_index: int) -> tuple[int, Path]:
-    """(shard number, lineage file) holding sample ``sample_index``, from the
-    shard row counts of the manifest."""
-    start = 0
-    for number, shard in enumerate(manifest["shards"]):
-        if sample_index < start + int(shard["rows"]):
-            folder = Path(version_dir) / LINEAGE
-            return number, (folder / part_name(number) if folder.is_dir() else table_file_v1(version_dir, LINEAGE))
-        start += int(shard["rows"])
-    raise ValueError(f"sample {sample_index} is past the version's {start} samples")
-
-
 def lineage_parts_for(version_dir: Path, manifest: dict[str, Any], first: int, stop: int) -> list[Path]:
     """The lineage files holding samples ``first .. stop - 1`` (in order)."""
     folder = Path(version_dir) / LINEAGE

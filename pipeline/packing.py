@@ -1,8 +1,16 @@
 """Document order, packing into ``seq_length + 1`` windows, document boundaries,
-and sample shuffle.
+and sample shuffle: the output side of the build (not a stage).
 
-Pure functions over numpy arrays (not a Stage); the assemble step of the build
-calls them in this order::
+Two kinds of function live here:
+
+* what the streaming assembly (``pipeline.assemble``) calls on each range of
+  the document order: :func:`copy_keys` (each copy's position key),
+  :func:`pack_pieces` / :func:`pack_best_fit` (windows of one range) and
+  :func:`sample_shuffle_keys` (each sample's shuffle key);
+* the whole-array reference the assembly is tested against
+  (tests/pipeline/test_assemble.py), never called by the build:
+  :func:`document_order`, :func:`pack`, :func:`document_boundaries` and
+  :func:`shuffle_samples`, which compose as::
 
     order = document_order(doc_ids, repeats, seed)            # int64[m, 2]
     samples, segments = pack(token_arrays, order, seq_length)  # or pack_best_fit(...)
@@ -13,10 +21,6 @@ All randomness comes from a counter-based hash (SplitMix64 over the seed and
 the seeded xxh64 of document ids, :func:`common.hashing.id_hash`), not from
 ``numpy.random``, so the result is the same on every platform and numpy
 version.
-
-Not a stage: the output side of the build (``pipeline.assemble`` runs it over
-spill files; these whole-array functions are also the in-memory reference
-the streaming assembly is tested against, tests/pipeline/test_assemble.py).
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def _unit_float(x: np.ndarray) -> np.ndarray:
 def document_order(doc_ids: list[str], repeats: np.ndarray, seed: int) -> np.ndarray:
     """A seeded global shuffle of every copy of every document, with the copies
     of an up-sampled document spread apart.
+
+    The whole-array reference the streaming assembly is tested against;
+    the build never calls it (see the module docstring).
 
     Copy ``k`` of a document with ``r`` copies gets the position key
     ``(k + j) / r`` with ``j = 0.25 + 0.5 * u`` for ``r > 1`` and ``j = u`` for
@@ -157,6 +164,9 @@ def pack(token_arrays: Sequence[np.ndarray], order: np.ndarray,
          seq_length: int) -> tuple[np.ndarray, pa.Table]:
     """Concatenate documents in ``order`` and cut ``seq_length + 1`` windows
     (``concat_split``, the default packing).
+
+    The whole-array reference the streaming assembly is tested against;
+    the build never calls it (see the module docstring).
 
     The window is ``seq_length + 1`` tokens because the model trains on
     ``input_ids[:, :-1]`` against ``input_ids[:, 1:]`` (mindformers
@@ -346,6 +356,9 @@ def document_boundaries(segments: pa.Table, num_samples: int, seq_length: int) -
     """Per sample, where documents end within the model input, in mindformers'
     compressed end-of-document format (``actual_seq_len``).
 
+    The whole-array reference the streaming assembly is tested against;
+    the build never calls it (see the module docstring).
+
     The model input of a sample is ``input_ids[:seq_length]`` (labels are
     ``input_ids[1:]``). Row ``i`` holds the ascending, distinct end offsets
     (exclusive) of the document pieces of sample ``i`` clipped to
@@ -401,6 +414,9 @@ def sample_shuffle_keys(indices: np.ndarray, seed: int) -> np.ndarray:
 
 def shuffle_samples(num_samples: int, seed: int) -> np.ndarray:
     """The global sample order written to the shards.
+
+    The whole-array reference the streaming assembly is tested against;
+    the build never calls it (see the module docstring).
 
     Returns:
         int64[num_samples], a permutation of ``0..num_samples-1``: samples

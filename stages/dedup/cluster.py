@@ -14,15 +14,14 @@ connected components of :mod:`stages.dedup.components`):
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from common.io import write_table_atomic
 from common.spill import read_bucket, write_buckets
 from stages.dedup.components import LABELS, segments
 from stages.dedup.exact import COUNTS, EXACT_MEMBERS, REASON_EXACT
@@ -183,9 +182,5 @@ def partition_removed(task: dict[str, Any]) -> int:
     if table.num_rows == 0:
         return 0
     table = table.drop_columns(["g"]).sort_by("id")
-    out = Path(task["out"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    write_table_atomic(table, Path(task["out"]))
     return table.num_rows

@@ -23,14 +23,13 @@ depend on partitioning or input order.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from common.io import write_table_atomic
 from common.spill import read_bucket, write_buckets
 
 HANDLE_SHIFT = 32  # g = partition << 32 | row: up to 4.29e9 kept rows per partition
@@ -62,10 +61,7 @@ def spill_groups(records: int, per_group: int) -> int:
 def write_atomic(table: pa.Table, path: Path) -> None:
     """Write ``table`` to ``path`` (zstd Parquet) through a temporary file of
     this process and a rename, so a reader never sees a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    write_table_atomic(table, path, compression="zstd")
 
 
 def write_spill(table: pa.Table, keys: np.ndarray, num_groups: int, directory: Path,

@@ -12,13 +12,13 @@ back through a memory map) and spills the LSH band records
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from common.io import atomic_path
 from stages.base import read_kept
 from stages.dedup.exchange import HANDLE_SHIFT, document_handles, skip_rows, write_spill
 from stages.dedup.keepers import keeper_columns
@@ -129,11 +129,8 @@ def partition_signatures(item: dict[str, Any]) -> dict[str, int]:
     dense = np.zeros((n, num_perm), np.uint32)
     dense[signed] = signatures
     out = Path(item["signatures"]) / f"part-{partition:05d}.npy"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_path(out) as tmp, open(tmp, "wb") as fh:
         np.save(fh, dense)
-    os.replace(tmp, out)
     keys = band_keys(signatures, config.num_bands, config.rows_per_band)  # [m, bands]
     m = len(signed)
     records = pa.table({"band": np.tile(np.arange(config.num_bands, dtype=np.uint16), m),

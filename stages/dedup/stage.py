@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from common.io import write_bytes_atomic
 from common.spill import forget
 from stages.base import Column, Figure, FitResult, Partitions, Stage, with_decision
 from stages.dedup import cluster, components, exact, exchange, lines, lsh, signatures
@@ -194,7 +195,7 @@ class DedupStage(Stage):
         run(cluster.partition_removed, [{"files": final_files, "partition": i,
                                          "out": str(work_dir / REMOVED_DIR / name)} for i, name in enumerate(names)])
         (work_dir / REMOVED_DIR).mkdir(parents=True, exist_ok=True)
-        (work_dir / REMOVED_DIR / "_DONE").write_text(str(len(names)))
+        write_bytes_atomic(str(len(names)).encode(), work_dir / REMOVED_DIR / "_DONE")
 
         line_counts = {"lines_considered": 0, "lines_removed": 0}
         if config.line_dedup:
