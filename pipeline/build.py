@@ -58,7 +58,7 @@ from common.hashing import id_hash
 from common.io import atomic_path, sha256_file, write_json_atomic, write_table_atomic
 from pipeline import layout
 from pipeline.assemble import BuildError, assemble
-from pipeline.code_digest import CodeDigest, code_digest
+from pipeline.code_digest import CodeDigest, code_digest, source_digest
 from pipeline.config import (REPO_ROOT, ConfigError, check_version, config_dict, config_hash, config_path_for,
                              load_config, preflight)
 from pipeline.executor import (fit_digest, make_executor, parquet_options, partition_counts, process_partition,
@@ -97,9 +97,11 @@ def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
     executor's per-partition runner (:data:`STAGE_CODE`).
 
     A plugin stage whose module is not in a project package (``plugins``)
-    counts as the bytes of its module file (``sources["plugin:<module>"]``):
-    what that file imports from elsewhere is not followed, so a plugin kept as
-    a package should be one module, or name its version in its code."""
+    counts as its module's code (``sources["plugin:<module>"]``,
+    :func:`~pipeline.code_digest.source_digest`: comments and docstrings do
+    not count); what that file imports from elsewhere is not followed, so a
+    plugin kept as a package should be one module, or name its version in
+    its code."""
     import importlib.util
 
     module = stage_module(name, plugins)
@@ -108,7 +110,7 @@ def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
     if origin is None or (REPO_ROOT / module.split(".")[0] / "__init__.py").is_file():  # a project package
         return code_digest((module, *STAGE_CODE))
     base = code_digest(STAGE_CODE)
-    own = hashlib.sha256(origin.read_bytes()).hexdigest()[:16]
+    own = source_digest(origin.read_text(encoding="utf-8"))
     return dataclasses.replace(base, digest=hashlib.sha256(f"{base.digest}:{module}:{own}".encode()).hexdigest()[:16],
                                sources={**base.sources, f"plugin:{module}": own})
 

@@ -354,6 +354,38 @@ def diff(
 
 
 @app.command()
+def stages(
+    config: Annotated[Path | None, typer.Option("--config", help="a config whose plugins are listed too")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
+) -> None:
+    """Every stage in build order, as it declares itself: what it reads (and
+    from which stage), the columns it adds (type, meaning, carried into
+    lineage), what its fit provides (docs/stages/adding_a_stage.md)."""
+    import yaml
+
+    from pipeline.contract import describe, format_stages
+    from stages import RegistryError
+
+    plugins: tuple[str, ...] = ()
+    if config is not None:
+        try:
+            data = yaml.safe_load(Path(config).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            _error(f"{config}: cannot read the config: {exc}")
+            raise typer.Exit(2) from None
+        plugins = tuple(data.get("plugins") or ()) if isinstance(data, dict) else ()
+    try:
+        found = describe(plugins)
+    except RegistryError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    if as_json:
+        _print_json(found)
+    else:
+        _print(format_stages(found), end="")
+
+
+@app.command()
 def verify(
     version: str,
     corpora_root: CorporaRootOption = None,

@@ -56,7 +56,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-__all__ = ["CodeDigest", "code_digest"]
+__all__ = ["CodeDigest", "code_digest", "source_digest"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,6 +358,20 @@ def _library_versions(names: Iterable[str]) -> dict[str, str | None]:
 
 def _sha16(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def source_digest(text: str) -> str:
+    """16 hex characters of sha256 over one module's statements as a digest
+    counts them (syntax trees without docstrings: comments, docstrings and
+    layout do not change it). For a module outside the project packages (a
+    stage plugin), whose imports are not followed.
+
+    Raises:
+        SyntaxError: ``text`` is not Python.
+    """
+    tree = ast.parse(text)
+    _strip_docstrings(tree)
+    return hashlib.sha256("\n".join(ast.dump(s) for s in tree.body).encode()).hexdigest()[:16]
 
 
 def code_digest(roots: Sequence[str], root: Path | None = None) -> CodeDigest:

@@ -267,15 +267,19 @@ class _BuildBase(_Strict):
     output: OutputConfig = pydantic.Field(default_factory=OutputConfig)
 
 
-_MODELS: dict[tuple[str, ...], type] = {}
+_MODELS: dict[tuple, type] = {}
 
 
 def _model(plugins: tuple[str, ...] = ()):
-    """The ``BuildConfig`` model for the built-in stages plus ``plugins``'
-    (one model per plugin list, made once per process)."""
-    if plugins not in _MODELS:
-        _MODELS[plugins] = pydantic.create_model("BuildConfig", __base__=_BuildBase, **_stage_fields(plugins))
-    return _MODELS[plugins]
+    """The ``BuildConfig`` model for the built-in stages plus ``plugins``',
+    made once per set of stage config classes (a plugin module imported
+    again, e.g. reloaded in a notebook, gets a model of its new classes, so
+    its sections pickle as the classes workers import)."""
+    fields = _stage_fields(plugins)
+    key = tuple((name, cls) for name, (cls, _) in fields.items())
+    if key not in _MODELS:
+        _MODELS[key] = pydantic.create_model("BuildConfig", __base__=_BuildBase, **fields)
+    return _MODELS[key]
 
 
 def _cross_checks(cfg) -> list[str]:
@@ -310,6 +314,9 @@ def _format_errors(exc: pydantic.ValidationError, always_on: dict[str, str]) -> 
         if err["type"] == "extra_forbidden" and len(err["loc"]) == 2 and err["loc"][1] == "enabled" \
                 and str(err["loc"][0]) in always_on:
             lines.append(f"{key}: this stage cannot be turned off: {always_on[str(err['loc'][0])]}")
+        elif err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and isinstance(err.get("input"), dict):
+            lines.append(f"{key}: unknown key (if it is the section of a stage of your own, list the module "
+                         "that defines it under plugins: docs/stages/adding_a_stage.md)")
         elif err["type"] == "extra_forbidden":
             lines.append(f"{key}: unknown key")
         elif err["type"] == "missing":

@@ -55,6 +55,52 @@ def providers(plugins: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
+def describe(plugins: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """What every stage declares, in build order (``python -m pipeline
+    stages``): per stage ``name``, ``order``, ``module``, ``can_disable``
+    (False, or why not), ``reads`` (name -> [why, providing stage or
+    ``"base column"``], with the default options), ``columns`` (name ->
+    ``{"dtype", "doc", "lineage"}``) and ``artifacts`` (name -> what).
+
+    Raises:
+        stages.RegistryError: a plugin cannot be imported, or two stages clash.
+    """
+    from stages import registry
+
+    who = providers(plugins)
+    out = []
+    for name, path in registry(plugins).items():
+        cls = stage_class(name, plugins)
+        why = getattr(cls.Config, "required_by_build", None)
+        reads = cls.Config.model_construct().requirements()
+        out.append({
+            "name": name, "order": cls.order, "module": path, "can_disable": True if not why else f"no: {why}",
+            "reads": {what: [reason, who.get(what, "base column" if what in BASE_COLUMNS else "nobody")]
+                      for what, reason in reads.items()},
+            "columns": {col: {"dtype": spec.dtype, "doc": spec.doc, "lineage": spec.lineage}
+                        for col, spec in cls.columns.items()},
+            "artifacts": dict(cls.artifacts),
+        })
+    return out
+
+
+def format_stages(stages: list[dict[str, Any]]) -> str:
+    """Plain text of :func:`describe`: one block per stage."""
+    lines = []
+    for s in stages:
+        can = "yes" if s["can_disable"] is True else s["can_disable"]
+        lines.append(f"{s['order']:>5}  {s['name']}  ({s['module']}; can be disabled: {can})")
+        for what, (why, by) in s["reads"].items():
+            lines.append(f"       reads    {what} from {by}: {why}")
+        for col, c in s["columns"].items():
+            mark = " [lineage]" if c["lineage"] else ""
+            lines.append(f"       column   {col} ({c['dtype']}){mark}: {c['doc']}")
+        for what, doc in s["artifacts"].items():
+            lines.append(f"       provides {what}: {doc}")
+    lines.append("assembly reads " + ", ".join(f"{k} ({v})" for k, v in ASSEMBLY_REQUIRES.items()))
+    return "\n".join(lines) + "\n"
+
+
 def contract_errors(cfg: Any) -> list[str]:
     """One line per broken dependency of a typed build config.
 

@@ -489,7 +489,8 @@ def process_partition(task: tuple) -> dict[str, Any]:
 
     Raises:
         RuntimeError: the stage broke its contract (rows added, removed or
-            reordered; ``keep``/``reason`` missing; a column added that its
+            reordered; ``keep``/``reason`` missing; a reason that does not
+            start with ``<stage>.``; a column added that its
             ``Stage.columns`` does not declare, or a declared one missing).
     """
     name, plugins, config, ctx, ref, out_path, fingerprint, batch_bytes, fit = task
@@ -509,6 +510,12 @@ def process_partition(task: tuple) -> dict[str, Any]:
         for col in (KEEP, REASON):
             if col not in out.column_names:
                 raise RuntimeError(f"stage {name} returned no {col!r} column for {ref.name}")
+        import pyarrow.compute as pc
+
+        foreign = pc.invert(pc.fill_null(pc.starts_with(out[REASON], f"{name}."), True))
+        if pc.any(foreign).as_py():
+            raise RuntimeError(f"stage {name} gave reason {out[REASON].filter(foreign)[0].as_py()!r} on {ref.name}: "
+                               f"a stage's reason codes start with {name + '.'!r} (<stage>.<rule>)")
         layer = layer_table(table, out, rows)
         added = set(layer.column_names) - {ROW, KEEP, REASON, *EDITABLE_COLUMNS}
         declared = set(type(stage).columns)

@@ -426,10 +426,14 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     for name in names:
         headers += [f"{name} documents", f"{name} characters", f"{name} tokens"]
     rows = []
-    for i, row in enumerate(funnels[0]):
+    # rows by stage name: a version compared with one that ran other stages
+    # shows "-" for a stage it did not run, never a neighbour's numbers
+    by_stage = [{r["stage"]: r for r in fun} for fun in funnels]
+    for row in funnels[0] + [r for fun in funnels[1:] for r in fun
+                             if r["stage"] not in by_stage[0]]:
         cells = [_e(row["stage"])]
         for k, fun in enumerate(funnels):
-            r = fun[i] if i < len(fun) else {"documents": None, "chars": None, "tokens": None}
+            r = by_stage[k].get(row["stage"], {"documents": None, "chars": None, "tokens": None})
             attr = f' data-version="{_e(names[k])}" data-stage="{_e(row["stage"])}"'
             est = ' class="est" title="estimated from characters per token"' if r.get("tokens_estimated") else ""
             cells += [f'<span{attr} data-field="documents">{_num(r["documents"])}</span>',
@@ -453,6 +457,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
 
     # what the stages said (FitResult.warnings)
     warned = [(name, line) for name in m["stage_order"] for line in m["stages"][name].get("warnings") or []]
+    warned += [("tokenizer report", line) for line in (m.get("tokenizer_report") or {}).get("warnings") or []]
     if warned:
         parts.append(f"<h2 id='warnings'>Warnings ({len(warned)})</h2>")
         parts.append("<ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(line)}</li>" for name, line in warned) + "</ul>")

@@ -126,7 +126,12 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
         ``documents``: per source ``{"a", "b", "added", "removed",
         "added_examples", "removed_examples"}`` (kept documents by id; examples
         are the first :data:`DIFF_EXAMPLES` ids in id order); ``same_config``
-        (config hashes equal), ``same_shards`` (shard hashes equal).
+        (config hashes equal), ``same_shards`` (shard hashes equal);
+        ``code``: ``{phase: [digest a, digest b]}`` for every phase (ingest,
+        each stage, assemble) whose code digest differs; ``fit``:
+        ``{"<stage>.<fact>": [a, b]}`` for every differing scalar fit fact
+        (lists left out); ``warnings``: ``{stage: [lines a, lines b]}`` where
+        a stage's warnings differ.
 
     Raises:
         FileNotFoundError: either directory is not a version.
@@ -139,16 +144,30 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
     counts = {k: [na.get(k), nb.get(k)] for k in sorted(set(na) | set(nb)) if na.get(k) != nb.get(k)}
 
     documents = _document_diff(dir_a, ma, dir_b, mb)
+    code_a, code_b = ({p: (c or {}).get("digest") for p, c in (m.get("code") or {}).items()} for m in (ma, mb))
+    code = {p: [code_a.get(p), code_b.get(p)] for p in sorted(set(code_a) | set(code_b))
+            if code_a.get(p) != code_b.get(p)}
+
+    def stage_part(m: dict[str, Any], key: str) -> dict[str, Any]:
+        return {name: (report or {}).get(key) for name, report in (m.get("stages") or {}).items()}
+
+    fa, fb = (_flatten(stage_part(m, "fit")) for m in (ma, mb))
+    fit = {k: [fa.get(k), fb.get(k)] for k in sorted(set(fa) | set(fb))
+           if fa.get(k) != fb.get(k) and not isinstance(fa.get(k), list) and not isinstance(fb.get(k), list)}
+    wa, wb = stage_part(ma, "warnings"), stage_part(mb, "warnings")
+    warnings = {s: [wa.get(s) or [], wb.get(s) or []] for s in sorted(set(wa) | set(wb))
+                if (wa.get(s) or []) != (wb.get(s) or [])}
     return {
         "a": ma.get("version", dir_a.name), "b": mb.get("version", dir_b.name),
         "same_config": ma.get("config_hash") == mb.get("config_hash"),
         "same_shards": [s.get("sha256") for s in ma.get("shards", [])] == [s.get("sha256") for s in mb.get("shards", [])],
         "config": config, "counts": counts, "documents": documents,
+        "code": code, "fit": fit, "warnings": warnings,
     }
 
 
 def _short(value: Any, width: int = 40) -> str:
-    text = f"{value:.4f}" if isinstance(value, float) else str(value)
+    text = (f"{value:.4f}" if not value.is_integer() else f"{value:.1f}") if isinstance(value, float) else str(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -161,6 +180,13 @@ def format_diff(diff: dict[str, Any]) -> str:
     out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff["config"].items()]
     out.append(f"counts ({len(diff['counts'])} differ)")
     out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff["counts"].items()]
+    out.append(f"code ({len(diff.get('code', {}))} phases differ)")
+    out += [f"  {phase}: {a} -> {b}" for phase, (a, b) in diff.get("code", {}).items()]
+    out.append(f"fit facts ({len(diff.get('fit', {}))} differ)")
+    out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff.get("fit", {}).items()]
+    for stage, (a, b) in diff.get("warnings", {}).items():
+        out.append(f"warnings of {stage}: {len(a)} -> {len(b)}")
+        out += [f"  - {line}" for line in a if line not in b] + [f"  + {line}" for line in b if line not in a]
     out.append("documents per source (kept, by id)")
     for source, d in diff["documents"].items():
         out.append(f"  {source}: {d['a']:,} -> {d['b']:,} (+{d['added']:,} added, -{d['removed']:,} removed)")

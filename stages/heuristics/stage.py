@@ -120,9 +120,9 @@ class HeuristicsStage(Stage):
     order = 200
     columns = {
         f"heuristics_{value}": Column("int64" if value in INT_VALUES else "double",
-                                      f"the {value.replace('_', ' ')} measure (null when no active rule of the "
-                                      "document's language needs it, or undefined)")
-        for value in VALUES}
+                                      " ".join((fn.__doc__ or value.replace("_", " ")).split("\n\n")[0].split())
+                                      + " (null when no active rule of the language needs it)")
+        for value, fn in VALUES.items()}
     Config = Config
 
     @classmethod

@@ -207,3 +207,29 @@ def test_fit_result_round_trips_and_the_build_checks_it(tmp_path):
         _check_fit(TokenizeStage, FitResult(artifacts={"tokenizer": "gone.json"}, exports={"pad_id": 1}), tmp_path)
     with pytest.raises(BuildError, match=r"fit returned dict, not a stages.base.FitResult"):
         _check_fit(TokenizeStage, {"a": 1}, tmp_path)
+
+
+def test_stages_describe_themselves():
+    from pipeline.contract import describe, format_stages
+
+    found = {s["name"]: s for s in describe()}
+    assert [s["order"] for s in describe()] == [100, 200, 300, 400, 600, 700]
+    assert found["heuristics"]["reads"] == {"langid_lang": [
+        "the word segmenter and the rule thresholds follow the language", "langid"]}
+    assert found["tokenize"]["can_disable"] == "no: the assembly packs its token ids (tokenize_input_ids)"
+    assert found["langid"]["columns"]["langid_score"] == {
+        "dtype": "double", "doc": "the model's probability of that language, 0..1", "lineage": True}
+    assert found["heuristics"]["columns"]["heuristics_num_words"]["dtype"] == "int64"
+    assert found["tokenize"]["artifacts"]["tokenizer"].startswith("file: ")
+    text = format_stages(describe())
+    assert "  400  dedup  (stages.dedup.stage:DedupStage; can be disabled: yes)" in text
+    assert "       reads    tokenize_num_tokens from tokenize: the budget and the weights count tokens" in text
+
+
+def test_a_stage_section_without_its_plugin_says_where_to_list_it():
+    with pytest.raises(ConfigError) as exc:
+        parse_config(_cfg(urls={"max_urls": 3}), origin="c.yaml")
+    assert str(exc.value) == ("c.yaml: urls: unknown key (if it is the section of a stage of your own, list the "
+                              "module that defines it under plugins: docs/stages/adding_a_stage.md)")
+    with pytest.raises(ConfigError, match=r"^c.yaml: sed: unknown key$"):
+        parse_config(_cfg(sed=3), origin="c.yaml")

@@ -129,3 +129,57 @@ def test_two_stages_with_one_order_are_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"c.yaml: stages 'langid' and 'dup' share order 100"):
         parse_config({**_config(tmp_path), "plugins": ["dup_stage"]}, origin="c.yaml")
     sys.modules.pop("dup_stage", None)
+
+
+def test_a_reason_without_the_stage_prefix_stops_the_build(tmp_path, monkeypatch):
+    from pipeline.build import build
+    from pipeline.executor import PartitionError
+
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "sloppy_stage.py").write_text(textwrap.dedent('''
+        from stages.base import Stage, with_decision
+
+        class SloppyStage(Stage):
+            """Drops every document with a reason that names no stage."""
+            name = "sloppy"
+            order = 250
+
+            def process(self, table):
+                return with_decision(table, {}, ["too_short"] * table.num_rows)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    data = {**_config(tmp_path), "plugins": ["sloppy_stage"], "executor": {"num_workers": 1}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises((PartitionError, RuntimeError), match=r"stage sloppy gave reason 'too_short'.*start with "
+                                                          r"'sloppy\.'"):
+        build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    sys.modules.pop("sloppy_stage", None)
+
+
+def test_a_plugin_code_change_reruns_it_and_diff_says_so(tmp_path, monkeypatch):
+    """The plugin's code (not its comments) is in its stage's digest: a comment
+    edit keeps the digest (the stage is reused), a code edit changes it, and
+    ``diff`` names the phase whose code differs."""
+    from pipeline.build import build, stage_code_digest
+    from pipeline.versions import diff_versions, format_diff
+
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    source = (EXAMPLES / "digits_stage.py").read_text()
+    (mods / "digits_stage.py").write_text(source)
+    monkeypatch.syspath_prepend(str(mods))
+    first = stage_code_digest("digits", ("digits_stage",)).digest
+    (mods / "digits_stage.py").write_text(source.replace("class DigitsStage(Stage):",
+                                                         "# a comment\nclass DigitsStage(Stage):"))
+    assert stage_code_digest("digits", ("digits_stage",)).digest == first
+    data = _config(tmp_path)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    a = build("a", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    (mods / "digits_stage.py").write_text(source.replace("share > config.max_digit_share",
+                                                         "share >= config.max_digit_share"))
+    assert stage_code_digest("digits", ("digits_stage",)).digest != first
+    b = build("b", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    diff = diff_versions(a.version_dir, b.version_dir)
+    assert list(diff["code"]) == ["digits"] and diff["same_shards"]
+    assert "code (1 phases differ)\n  digits: " in format_diff(diff)
+    sys.modules.pop("digits_stage", None)
