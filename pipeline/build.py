@@ -72,7 +72,7 @@ from pipeline.redact import redact, secret_values
 from pipeline.readers import (FILE_REASONS, RETRY_REASONS, Quarantined, detect_format, display_path,
                               input_identity, is_url, parquet_column_problem, read_file, resolve_paths)
 from pipeline.runlog import RunLog, crash_point
-from stages import stage_class, stage_module, stage_names
+from stages import RegistryError, check_plugins_current, stage_class, stage_module, stage_names
 from stages.base import KEEP, REASON, FitResult, PartitionRef, Partitions, StageContext, read_view
 
 __all__ = ["BuildError", "BuildResult", "VersionExistsError", "VersionLockedError", "build"]
@@ -665,6 +665,10 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     config_json = stage_cfg.model_dump_json()
     cls = stage_class(name, plugins)
     settings = cls.effective_settings(stage_cfg)
+    try:
+        json.dumps(settings, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise BuildError(f"[{name}] effective_settings is not plain JSON ({exc}): a stage bug") from None
     code = code if code is not None else stage_code_digest(name, plugins)
     fp = _fingerprint(name, json.loads(config_json), upstream, seed, code.digest, settings,
                       referenced_files(json.loads(config_json), work.parent / "cache"))
@@ -681,8 +685,11 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         return outputs, fp, state["report"], state["kept_per_partition"]
     runlog.event("stage_start", None, stage=name, fingerprint=fp, partitions=len(in_parts),
                  resumed_partitions=sum(Path(o.layers[-1]).exists() for o in outputs))
-    ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache",
-                       seed=seed, tools_dir=TOOLS_DIR)
+    from pipeline.contract import providers
+
+    tokenizer_stage = providers(plugins).get("tokenize_input_ids")
+    ctx = StageContext(work_dir=out_dir / "fit", cache_dir=work.parent / "cache", seed=seed, tools_dir=TOOLS_DIR,
+                       edits_text=tokenizer_stage is None or cls.order < stage_class(tokenizer_stage, plugins).order)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     ctx.cache_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -728,10 +735,16 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     return outputs, fp, report, kept
 
 
+#: Warnings of one stage kept (run log, manifest, report); more are counted in one last line.
+MAX_WARNINGS = 50
+
+
 def _check_fit(cls, result: Any, work_dir: Path) -> FitResult:
     """``result`` as returned by ``cls.fit``, checked against what the stage
     declares (:attr:`Stage.artifacts`): every declared file and value is
-    there, files exist under ``work_dir``, nothing undeclared.
+    there, files exist under ``work_dir``, nothing undeclared; figures of a
+    known kind; facts, exports and figures plain JSON. Returns it with each
+    warning on one line and at most :data:`MAX_WARNINGS` of them.
 
     Raises:
         BuildError: the fit broke its stage's contract (a bug in the stage).
@@ -748,9 +761,22 @@ def _check_fit(cls, result: Any, work_dir: Path) -> FitResult:
     for key, rel in result.artifacts.items():
         if not (Path(work_dir) / rel).is_file():
             problems.append(f"artifact {key} = {rel} is not a file under {work_dir}")
+    kinds = {"curve", "bars", "column_histogram"}
+    problems += [f"figure {f.title!r} has kind {f.kind!r}, not one of {sorted(kinds)}"
+                 for f in result.figures if f.kind not in kinds]
+    if not all(isinstance(w, str) for w in result.warnings):
+        problems.append("warnings must be strings")
+    try:
+        json.dumps(result.to_json(), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        problems.append(f"facts, exports or figures are not plain JSON ({exc}; convert numpy numbers with "
+                        "int()/float(), use str keys)")
     if problems:
         raise BuildError(f"[{cls.name}] fit does not keep its contract: {'; '.join(problems)}")
-    return result
+    lines = [" ".join(w.split()) for w in result.warnings]      # one line each
+    if len(lines) > MAX_WARNINGS:
+        lines = [*lines[:MAX_WARNINGS], f"... and {len(lines) - MAX_WARNINGS:,} more warnings (see the facts)"]
+    return dataclasses.replace(result, warnings=tuple(lines))
 
 
 @dataclasses.dataclass
@@ -1071,6 +1097,10 @@ def build(version: str, config_path: Path | None = None, corpora_root: Path | No
     t_start = time.perf_counter()
     config_path = Path(config_path) if config_path else config_path_for(version)
     cfg = load_config(config_path)
+    try:
+        check_plugins_current(cfg.plugins)
+    except RegistryError as exc:
+        raise ConfigError(f"{config_path}: {exc}") from None
     preflight(cfg, str(config_path))
     base = config_base(config_path)
     root = corpora_root_for(corpora_root, config_path, version, corpora_dir=cfg.corpora_dir).path

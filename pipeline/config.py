@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -363,7 +364,16 @@ def parse_config(data: dict[str, Any], origin: str = "<config>"):
         cfg = model.model_validate(data)
     except pydantic.ValidationError as exc:
         raise ConfigError("\n".join(f"{origin}: {line}" for line in _format_errors(exc, always_on))) from None
-    errors = _cross_checks(cfg)
+    try:
+        errors = _cross_checks(cfg)
+    except RegistryError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    for name in names:
+        try:
+            pickle.dumps(getattr(cfg, name))
+        except Exception as exc:  # a plugin's config holding a lambda, a lock, an open file
+            errors.append(f"{name}: this section cannot be sent to worker processes (pickle: "
+                          f"{type(exc).__name__}: {exc})")
     if errors:
         raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
     return cfg
@@ -379,8 +389,15 @@ def preflight(cfg, origin: str = "<config>") -> None:
         ConfigError: one line per problem, each naming its key.
     """
     plugins = tuple(cfg.plugins)
-    errors = [line for name in stage_names(plugins) if getattr(cfg, name).enabled
-              for line in stage_class(name, plugins).preflight(getattr(cfg, name))]
+    errors = []
+    for name in stage_names(plugins):
+        if not getattr(cfg, name).enabled:
+            continue
+        lines = stage_class(name, plugins).preflight(getattr(cfg, name))
+        if isinstance(lines, str) or not all(isinstance(line, str) for line in lines or ()):
+            errors.append(f"{name}: preflight returned {type(lines).__name__}, not a list of lines (a stage bug)")
+            continue
+        errors += list(lines or ())
     if errors:
         raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
 

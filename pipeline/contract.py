@@ -123,7 +123,10 @@ def contract_errors(cfg: Any) -> list[str]:
             if what in BASE_COLUMNS:
                 continue
             provider = who.get(what)
-            if provider is None:
+            if provider is not None and what in stage_class(provider, plugins).artifacts:
+                errors.append(f"{reader}: reads {what} ({why}), an artifact of {provider}: a stage reads columns "
+                              "(artifacts and exports are the assembly's)")
+            elif provider is None:
                 errors.append(f"{reader}: reads {what} ({why}), which no stage provides")
             elif position[provider] >= position[reader]:
                 errors.append(f"{reader}: reads {what} ({why}) from {provider}, which runs after it "
@@ -131,6 +134,13 @@ def contract_errors(cfg: Any) -> list[str]:
                               f"{stage_class(reader, plugins).order})")
             elif provider not in enabled:
                 disabled_readers.setdefault(provider, []).append((reader, what, why))
+    planner = who.get("planned_tokens")
+    if planner is not None:
+        for name in names:
+            if name in enabled and position[name] > position[planner]:
+                errors.append(f"{name}: runs after {planner} (order {stage_class(name, plugins).order} > "
+                              f"{stage_class(planner, plugins).order}), whose plan of copies is what the assembly "
+                              f"packs: give it an order below {stage_class(planner, plugins).order}")
     for what, why in ASSEMBLY_REQUIRES.items():
         provider = who.get(what)
         if provider is None:

@@ -391,6 +391,72 @@ def _stage(name: str, plugins: tuple[str, ...], config, ctx: StageContext, finge
     return _STAGE_CACHE[key]
 
 
+def _type_ok(declared: str, actual: pa.DataType) -> bool:
+    """Whether Arrow type ``actual`` is one of ``declared`` (``"double"``,
+    ``"list<element: uint16> or list<element: int32>"``); an all-null
+    column (type ``null``) fits any declaration."""
+    import re
+
+    def norm(text: str) -> str:
+        return re.sub(r"<[^:<>]+: ", "<", text.strip())   # list<item: int32> -> list<int32>
+
+    return pa.types.is_null(actual) or norm(str(actual)) in [norm(t) for t in declared.split(" or ")]
+
+
+def check_output(name: str, cls, table_in: pa.Table, out: pa.Table, ctx: StageContext, part: str) -> None:
+    """Check what ``Stage.process`` returned against the stage contract.
+
+    Raises:
+        RuntimeError: naming the stage, the partition and what broke: rows
+            added, removed or reordered; ``keep`` missing or null; a dropped
+            document without a reason, or a reason that does not start with
+            ``<stage>.``; a column added that ``cls.columns`` does not
+            declare (or a declared one missing, or of another Arrow type); a
+            column of an earlier stage changed; ``text`` edited by a stage that
+            may not (``ctx.edits_text``: after the tokenizer) or without
+            ``chars`` following it.
+    """
+    import pyarrow.compute as pc
+
+    where = f"stage {name} on {part}"
+    if out.num_rows != table_in.num_rows or "id" not in out.column_names or out.column("id") != table_in.column("id"):
+        raise RuntimeError(f"{where}: rows added, removed or reordered")
+    for col in (KEEP, REASON):
+        if col not in out.column_names:
+            raise RuntimeError(f"{where}: no {col!r} column")
+    keep = out[KEEP]
+    if keep.null_count:
+        raise RuntimeError(f"{where}: keep is null for {keep.null_count} document(s): decide every document")
+    silent = pc.and_(pc.invert(keep), pc.is_null(out[REASON]))
+    if pc.any(silent).as_py():
+        raise RuntimeError(f"{where}: {pc.sum(silent).as_py()} document(s) dropped without a reason")
+    foreign = pc.invert(pc.fill_null(pc.starts_with(out[REASON], f"{name}."), True))
+    if pc.any(foreign).as_py():
+        raise RuntimeError(f"{where}: reason {out[REASON].filter(foreign)[0].as_py()!r}: a stage's reason codes "
+                           f"start with {name + '.'!r} (<stage>.<rule>)")
+    added = set(out.column_names) - set(table_in.column_names) - {KEEP, REASON}
+    declared = set(cls.columns)
+    if added != declared:
+        raise RuntimeError(f"stage {name} broke its declared columns on {part}: added "
+                           f"{sorted(added - declared)} undeclared, missing {sorted(declared - added)}")
+    for col in sorted(declared):
+        if not _type_ok(cls.columns[col].dtype, out[col].type):
+            raise RuntimeError(f"{where}: column {col} is {out[col].type}, declared {cls.columns[col].dtype}")
+    for col in table_in.column_names:
+        if col in (KEEP, REASON, *EDITABLE_COLUMNS):
+            continue
+        if col not in out.column_names or not out[col].equals(table_in[col]):
+            raise RuntimeError(f"{where}: column {col} of an earlier stage was changed or removed "
+                               "(a stage adds its own columns; only text and chars may be edited)")
+    if "text" in out.column_names and not out["text"].equals(table_in["text"]):
+        if not ctx.edits_text:
+            raise RuntimeError(f"{where}: edits text, but it runs after the tokenizer: the token ids were made "
+                               "from the text before it (give the stage an order before the tokenizer's)")
+        lengths = pc.cast(pc.utf8_length(pc.fill_null(out["text"], "")), pa.int64())
+        if not pc.all(pc.equal(lengths, pc.cast(out["chars"], pa.int64()))).as_py():
+            raise RuntimeError(f"{where}: edits text but chars is not len(text) (replace both)")
+
+
 def layer_table(table_in: pa.Table, out: pa.Table, rows) -> pa.Table:
     """What a stage adds to a partition, as stored (its *layer*).
 
@@ -505,23 +571,8 @@ def process_partition(task: tuple) -> dict[str, Any]:
             out = outs[0] if len(outs) == 1 else pa.concat_tables(outs, promote_options="permissive")
         finally:
             stage.partition = None
-        if out.num_rows != table.num_rows or out.column("id") != table.column("id"):
-            raise RuntimeError(f"stage {name} changed the rows of {ref.name}")
-        for col in (KEEP, REASON):
-            if col not in out.column_names:
-                raise RuntimeError(f"stage {name} returned no {col!r} column for {ref.name}")
-        import pyarrow.compute as pc
-
-        foreign = pc.invert(pc.fill_null(pc.starts_with(out[REASON], f"{name}."), True))
-        if pc.any(foreign).as_py():
-            raise RuntimeError(f"stage {name} gave reason {out[REASON].filter(foreign)[0].as_py()!r} on {ref.name}: "
-                               f"a stage's reason codes start with {name + '.'!r} (<stage>.<rule>)")
+        check_output(name, type(stage), table, out, ctx, ref.name)
         layer = layer_table(table, out, rows)
-        added = set(layer.column_names) - {ROW, KEEP, REASON, *EDITABLE_COLUMNS}
-        declared = set(type(stage).columns)
-        if added != declared:
-            raise RuntimeError(f"stage {name} broke its declared columns on {ref.name}: added "
-                               f"{sorted(added - declared)} undeclared, missing {sorted(declared - added)}")
         write_table_atomic(layer, out_path, **parquet_options(layer))
     view, _ = read_view(ref.with_layer(out_path), ["source", "chars", KEEP, REASON], kept=False)
     counts = partition_counts(view)

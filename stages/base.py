@@ -110,12 +110,16 @@ class StageContext:
             their training text and parameters).
         seed: the build seed (``config.seed``).
         tools_dir: directory holding native tools (``lmplz``, ``build_binary``).
+        edits_text: whether :meth:`Stage.process` may edit ``text``: False for
+            a stage that runs after the tokenizer (the token ids were made
+            from the text before it).
     """
 
     work_dir: Path
     cache_dir: Path
     seed: int
     tools_dir: Path
+    edits_text: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

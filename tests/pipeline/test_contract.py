@@ -199,7 +199,7 @@ def test_fit_result_round_trips_and_the_build_checks_it(tmp_path):
                        exports={"pad_id": 1}, figures=(Figure(kind="curve", title="t", x=(0, 1), y=(0, 1)),))
     assert FitResult.from_json(result.to_json()) == result
     (tmp_path / "tokenizer.json").write_text("{}")
-    assert _check_fit(TokenizeStage, result, tmp_path) is result
+    assert _check_fit(TokenizeStage, result, tmp_path) == result
     with pytest.raises(BuildError, match=r"\[tokenize\] fit does not keep its contract: exports \[\], "
                                          r"declared \['pad_id'\]"):
         _check_fit(TokenizeStage, FitResult(artifacts={"tokenizer": "tokenizer.json"}), tmp_path)
