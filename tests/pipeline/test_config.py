@@ -297,8 +297,12 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     assert verify_version(result.version_dir)["ok"]
     records = lineage_for_step(result.version_dir, 0, global_batch=2)
     segment = records[0]["segments"][0]
-    assert (segment["langid_lang"] is None) == ("langid" in disabled)
-    assert (segment["perplexity_bucket"] is None) or "perplexity" not in disabled
+    # a segment carries the lineage columns of the stages that ran (the manifest's lineage_columns)
+    assert ("langid_lang" in segment) == ("langid" not in disabled)
+    assert ("perplexity_bucket" in segment) == ("perplexity" not in disabled)
+    assert [c["stage"] for c in m["lineage_columns"]] == [
+        s for s in ("langid", "langid", "perplexity", "perplexity", "dedup", "dedup", "tokenize", "mixture")
+        if s not in disabled]
     assert segment["doc_id"] in format_lineage(records)
     assert lineage_for_document(result.version_dir, segment["doc_id"], global_batch=2)["pieces"]
     summary_table(m), output_table(m)  # the CLI's tables render

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from pipeline.assemble import BuildError
 from pipeline.build import check_complete, publish_phase
 from pipeline.cli import app
-from pipeline.config import REPO_ROOT, config_hash, parse_config
+from pipeline.config import REPO_ROOT, config_dict, config_hash, parse_config
 from pipeline.location import ENV, corpora_root, resolve_version
 from pipeline.lock import VersionLock, VersionLockedError, lock_path, process_start
 from pipeline.manifest import load_manifest
@@ -241,7 +241,7 @@ def test_credentials_are_absent_from_every_published_file(published):
                        "client_kwargs": {"aws_session_token": REDACTED, "region_name": "us-east-1",
                                          "endpoint_url": f"http://minio:{REDACTED}@127.0.0.1:9000"}}
     # everything else of the config is published as it was resolved
-    resolved = parse_config(published["cfg"]).model_dump(mode="json")
+    resolved = config_dict(parse_config(published["cfg"]))   # the published form (no empty plugins)
     resolved["sources"]["web"]["storage_options"] = storage
     assert config == resolved
     assert config["tokenize"]["eos_token"] == "<|endoftext|>" and config["tokenize"]["vocab_size"] == 600

@@ -295,13 +295,16 @@ def test_sentencepiece_chinese_pieces_cover_the_text(tmp_path):
     assert ppl.LineTokenizer("zh")([line]) == ["我们 明天 去 北京 ."]   # words path unchanged
 
 
-def test_given_model_file_is_checked_at_config_time(tmp_path):
+def test_given_model_file_is_checked_before_any_work(tmp_path):
+    """The config's validators do no I/O; the stage's preflight loads each
+    given model once, before any work (pipeline.config.preflight)."""
     bad = tmp_path / "zh.binary"
     bad.write_bytes(b"not a kenlm model\n")
-    with pytest.raises(pydantic.ValidationError, match=r"perplexity\.models\.zh: .*zh\.binary"):
-        Config(reference_source="ref", models={"zh": str(bad)})
-    with pytest.raises(pydantic.ValidationError, match=r"perplexity\.models\.en: .*missing\.arpa"):
-        Config(reference_source="ref", models={"en": str(tmp_path / "missing.arpa")})
+    config = Config(reference_source="ref", models={"zh": str(bad), "en": str(tmp_path / "missing.arpa")})
+    lines = PerplexityStage.preflight(config)
+    assert len(lines) == 2
+    assert lines[0].startswith("perplexity.models.zh: perplexity: cannot read KenLM model file ") and "zh.binary" in lines[0]
+    assert lines[1].startswith("perplexity.models.en: perplexity: KenLM model file ") and "missing.arpa" in lines[1]
 
 
 def test_given_model_is_used_instead_of_training(tmp_path):
