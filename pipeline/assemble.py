@@ -973,7 +973,7 @@ def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, wor
     :func:`assemble` from ``pipeline.build.assemble_phase``): it is how tests
     drive that same :func:`assemble` on a hand-made table
     (``tests/pipeline/test_assemble.py`` compares the result with the
-    in-memory reference of ``stages.packing``; ``tests/pipeline/test_lineage.py``
+    in-memory reference of ``pipeline.packing``; ``tests/pipeline/test_lineage.py``
     builds small versions with it).
 
     Args:

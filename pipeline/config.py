@@ -6,18 +6,21 @@ A build reads ``configs/<VERSION>.yaml`` when it exists, else
 work with :class:`ConfigError`, whose message is one line per problem naming
 the key (``dedup.num_bands: Input should be a valid integer``).
 Each stage's section is the ``Config`` class next to the stage
-(``stages/<name>.py``), so a stage's options are documented where they are used.
-A model-level check of a section names the key it is about by starting its
-message with ``<key>: `` (``tokenize.vocab_size: 260 is too small ...``).
+(``stages/<name>.py`` or ``stages/<name>/``, or a module listed under
+``plugins``), so a stage's options are documented where they are used; the
+model is made from the stages found (``stages.registry``). A model-level check
+of a section names the key it is about by starting its message with ``<key>: ``
+(``tokenize.vocab_size: 260 is too small ...``).
 
 Checks across sections (:func:`_cross_checks`) run with the typed config,
 still before any work: sources named by ``mixture.weights`` and
-``perplexity.reference_source``; stage dependencies, from what each stage's
-config declares (``StageConfig.requires``/``requirements()``,
-``required_by_build``): a disabled stage that an enabled stage reads, or that
-no build can do without, is an error naming both; ``output.seq_length``
-against ``mixture.token_budget``. The version name is checked by
-:func:`check_version`.
+``perplexity.reference_source``; the stage contract
+(``pipeline.contract.contract_errors``: what each enabled stage reads comes
+from an earlier enabled stage, what the assembly reads is provided); every
+section pickles (it crosses to workers as it is); ``output.seq_length``
+against ``mixture.token_budget``. Validators do no I/O: checks that need it
+are :func:`preflight`, which the build runs next. The version name is checked
+by :func:`check_version`.
 """
 
 from __future__ import annotations
