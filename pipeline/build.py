@@ -98,7 +98,7 @@ def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
 
     A plugin stage whose module is not in a project package (``plugins``)
     counts as its module's code (``sources["plugin:<module>"]``,
-    :func:`~pipeline.code_digest.source_digest`: comments and docstrings do
+    :func:`common.source.source_digest`: comments and docstrings do
     not count); what that file imports from elsewhere is not followed, so a
     plugin kept as a package should be one module, or name its version in
     its code."""

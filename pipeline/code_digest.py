@@ -54,6 +54,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.source import source_digest, strip_docstrings
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["CodeDigest", "code_digest", "source_digest"]
@@ -104,15 +106,6 @@ class _Module:
 
 
 # --------------------------------------------------------------------------- parsing
-
-def _strip_docstrings(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-
 
 def _resolve(package: str, level: int, module: str | None) -> str:
     if not level:
@@ -168,7 +161,7 @@ def _bound_names(stmt: ast.stmt) -> set[str]:
 @functools.lru_cache(maxsize=512)
 def _parse(source: str, rel_path: str, name: str, is_package: bool) -> _Module:
     tree = ast.parse(source, filename=rel_path)
-    _strip_docstrings(tree)
+    strip_docstrings(tree)
     package = name if is_package else name.rpartition(".")[0]
     statements, dumps = [], []
     bindings: dict[str, list[int]] = {}
@@ -358,20 +351,6 @@ def _library_versions(names: Iterable[str]) -> dict[str, str | None]:
 
 def _sha16(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
-
-
-def source_digest(text: str) -> str:
-    """16 hex characters of sha256 over one module's statements as a digest
-    counts them (syntax trees without docstrings: comments, docstrings and
-    layout do not change it). For a module outside the project packages (a
-    stage plugin), whose imports are not followed.
-
-    Raises:
-        SyntaxError: ``text`` is not Python.
-    """
-    tree = ast.parse(text)
-    _strip_docstrings(tree)
-    return hashlib.sha256("\n".join(ast.dump(s) for s in tree.body).encode()).hexdigest()[:16]
 
 
 def code_digest(roots: Sequence[str], root: Path | None = None) -> CodeDigest:

@@ -45,7 +45,7 @@ def _stage_classes(module, own: bool = True) -> list[type]:
 
 
 #: Plugin module -> digest of its source when this process imported it
-#: (``pipeline.code_digest.source_digest``): a build refuses a plugin whose
+#: (``common.source.source_digest``): a build refuses a plugin whose
 #: file changed since, since this process would run the old code
 #: (:func:`check_plugins_current`).
 _IMPORTED: dict[str, tuple[int, str]] = {}
@@ -64,7 +64,7 @@ def _plugin_source(module) -> str | None:
 def _remember(name: str, module) -> None:
     """Record the source digest of plugin ``module`` as imported (once per
     module object: a module imported again is recorded again)."""
-    from pipeline.code_digest import source_digest
+    from common.source import source_digest
 
     text = _plugin_source(module)
     if text is not None and _IMPORTED.get(name, (None,))[0] != id(module):
@@ -85,7 +85,7 @@ def check_plugins_current(plugins: Iterable[str]) -> None:
     """
     import sys
 
-    from pipeline.code_digest import source_digest
+    from common.source import source_digest
 
     for name in plugins:
         module = sys.modules.get(name)

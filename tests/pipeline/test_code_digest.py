@@ -214,7 +214,7 @@ def test_this_repository_s_stage_and_ingest_digests():
                "stages/heuristics/gopher_quality.py", "stages/heuristics/gopher_repetition.py",
                "stages/heuristics/ngrams.py", "stages/heuristics/presets.py", "stages/heuristics/rules.py",
                "stages/heuristics/stage.py", "stages/heuristics/view.py"]
-    assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "pipeline/executor.py",
+    assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "common/source.py", "pipeline/executor.py",
                                           "stages/__init__.py", "stages/base.py", *package, "stages/text.py"]
     # the executor writes the stage's layer with the shared atomic writer: it is in every stage's digest
     assert "write_table_atomic" in heuristics.definitions["common/io.py"]
@@ -257,7 +257,7 @@ def test_the_dedup_stage_digest_covers_every_module_of_its_package(tmp_path):
 
     assert stage_module("dedup") == "stages.dedup"                  # the root is the package
     dedup = stage_code_digest("dedup")
-    assert sorted(dedup.sources) == sorted(["common/errors.py", "common/io.py", "common/spill.py", "pipeline/executor.py",
+    assert sorted(dedup.sources) == sorted(["common/errors.py", "common/io.py", "common/source.py", "common/spill.py", "pipeline/executor.py",
                                             "stages/__init__.py", "stages/base.py", "stages/text.py",
                                             *DEDUP_MODULES])
     # what the package's __init__ re-exports reaches only what it needs of the pure helpers

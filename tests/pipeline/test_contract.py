@@ -233,3 +233,17 @@ def test_a_stage_section_without_its_plugin_says_where_to_list_it():
                               "module that defines it under plugins: docs/stages/adding_a_stage.md)")
     with pytest.raises(ConfigError, match=r"^c.yaml: sed: unknown key$"):
         parse_config(_cfg(sed=3), origin="c.yaml")
+
+
+def test_stages_import_nothing_from_the_pipeline():
+    """The layers: a stage knows the contract (stages.base) and the shared
+    helpers (common/), never the orchestrator, so it runs the same under any
+    executor and a plugin needs nothing else."""
+    bad = []
+    for path in sorted([*(REPO_ROOT / "stages").rglob("*.py"), *(REPO_ROOT / "docs" / "examples").rglob("*.py")]):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.relative_to(REPO_ROOT)} imports {n}" for n in names if n.split(".")[0] == "pipeline"]
+    assert bad == []
