@@ -644,7 +644,7 @@ def referenced_files(config: Any, cache_dir: Path) -> list[tuple[str, str]]:
 def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream: str, seed: int,
               executor, runlog: RunLog, in_docs: list[int] | None = None,
               code: CodeDigest | None = None
-              ) -> tuple[list[PartitionRef], str, dict[str, Any], list[int]]:
+              ) -> tuple[list[PartitionRef], str, dict[str, Any], list[int], FitResult]:
     """Fit and run one stage over all partitions, resuming where a previous
     run stopped.
 
@@ -657,8 +657,9 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
 
     Returns:
         (the partitions with this stage's layer, fingerprint, stage report
-        ``{"per_source", "totals", "fit", "settings"}``, kept documents per
-        partition).
+        ``{"per_source", "totals", "fit", "settings", "warnings",
+        "figures"}``, kept documents per partition, the stage's checked
+        :class:`FitResult`).
     """
     stage_cfg = getattr(cfg, name)
     plugins = tuple(cfg.plugins)
@@ -682,7 +683,7 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
     if state.get("done"):
         runlog.event("stage_reused", f"[{name}] done in an earlier run (fingerprint {fp}), reused",
                      stage=name, fingerprint=fp)
-        return outputs, fp, state["report"], state["kept_per_partition"]
+        return outputs, fp, state["report"], state["kept_per_partition"], FitResult.from_json(state["fit"])
     runlog.event("stage_start", None, stage=name, fingerprint=fp, partitions=len(in_parts),
                  resumed_partitions=sum(Path(o.layers[-1]).exists() for o in outputs))
     from pipeline.contract import providers
@@ -732,7 +733,7 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
                  f"{tot['documents_in'] - tot['kept']} dropped ({time.perf_counter() - t0:.1f} s)",
                  stage=name, documents_in=tot["documents_in"], kept=tot["kept"], dropped=tot["dropped"],
                  seconds=round(time.perf_counter() - t0, 2))
-    return outputs, fp, report, kept
+    return outputs, fp, report, kept, fit
 
 
 #: Warnings of one stage kept (run log, manifest, report); more are counted in one last line.
@@ -822,9 +823,8 @@ def stages_phase(cfg, ingested: Ingested, work: Path, executor, runlog: RunLog) 
             continue
         t0 = time.perf_counter()
         digest = stage_code_digest(name, plugins)
-        parts, upstream, report, docs = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor,
+        parts, upstream, report, docs, fit = run_stage(name, cfg, parts, work, upstream, cfg.seed, executor,
                                                   runlog, docs, code=digest)
-        fit = FitResult.from_json(_read_state(work / name)["fit"])
         exports.update(fit.exports)
         artifacts.update({k: work / name / "fit" / rel for k, rel in fit.artifacts.items()})
         provided_by.update({k: name for k in (*fit.exports, *fit.artifacts)})

@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import re
 import reprlib
 import traceback
 from collections.abc import Callable, Sequence
@@ -391,14 +392,16 @@ def _stage(name: str, plugins: tuple[str, ...], config, ctx: StageContext, finge
     return _STAGE_CACHE[key]
 
 
+# A list type's field name, as Arrow prints it: list<item: int32> -> list<int32>.
+_FIELD_NAME_RE = re.compile(r"<[^:<>]+: ")
+
+
 def _type_ok(declared: str, actual: pa.DataType) -> bool:
     """Whether Arrow type ``actual`` is one of ``declared`` (``"double"``,
-    ``"list<element: uint16> or list<element: int32>"``); an all-null
-    column (type ``null``) fits any declaration."""
-    import re
-
+    ``"list<uint16> or list<int32>"``; list field names ignored); an
+    all-null column (type ``null``) fits any declaration."""
     def norm(text: str) -> str:
-        return re.sub(r"<[^:<>]+: ", "<", text.strip())   # list<item: int32> -> list<int32>
+        return _FIELD_NAME_RE.sub("<", text.strip())
 
     return pa.types.is_null(actual) or norm(str(actual)) in [norm(t) for t in declared.split(" or ")]
 

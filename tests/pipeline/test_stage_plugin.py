@@ -89,34 +89,6 @@ def test_plugin_requirements_are_checked_at_load(plugin_path, tmp_path):
         parse_config({**_config(tmp_path), "plugins": ["no_such_stage_module"]}, origin="c.yaml")
 
 
-def test_a_stage_that_breaks_its_declared_columns_stops_the_build(tmp_path, monkeypatch):
-    from pipeline.build import build
-    from pipeline.executor import PartitionError
-
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "liar_stage.py").write_text(textwrap.dedent('''
-        import pyarrow as pa
-        from stages.base import Column, Stage, StageConfig, with_decision
-
-        class LiarStage(Stage):
-            """Declares liar_score, adds liar_other."""
-            name = "liar"
-            order = 250
-            columns = {"liar_score": Column("double", "declared, never written")}
-
-            def process(self, table):
-                return with_decision(table, {"liar_other": pa.array([1.0] * table.num_rows)},
-                                     [None] * table.num_rows)
-    '''))
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
-    data = {**_config(tmp_path), "plugins": ["liar_stage"], "executor": {"num_workers": 1}}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises((PartitionError, RuntimeError), match=r"liar broke its declared columns.*"
-                                                          r"\['liar_other'\] undeclared, missing \['liar_score'\]"):
-        build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
-    sys.modules.pop("liar_stage", None)
-
-
 def test_two_stages_with_one_order_are_refused(tmp_path, monkeypatch):
     (tmp_path / "dup_stage.py").write_text(textwrap.dedent('''
         from stages.base import Stage
@@ -129,31 +101,6 @@ def test_two_stages_with_one_order_are_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"c.yaml: stages 'langid' and 'dup' share order 100"):
         parse_config({**_config(tmp_path), "plugins": ["dup_stage"]}, origin="c.yaml")
     sys.modules.pop("dup_stage", None)
-
-
-def test_a_reason_without_the_stage_prefix_stops_the_build(tmp_path, monkeypatch):
-    from pipeline.build import build
-    from pipeline.executor import PartitionError
-
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "sloppy_stage.py").write_text(textwrap.dedent('''
-        from stages.base import Stage, with_decision
-
-        class SloppyStage(Stage):
-            """Drops every document with a reason that names no stage."""
-            name = "sloppy"
-            order = 250
-
-            def process(self, table):
-                return with_decision(table, {}, ["too_short"] * table.num_rows)
-    '''))
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
-    data = {**_config(tmp_path), "plugins": ["sloppy_stage"], "executor": {"num_workers": 1}}
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises((PartitionError, RuntimeError), match=r"stage sloppy on .*reason 'too_short'.*start with "
-                                                          r"'sloppy\.'"):
-        build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
-    sys.modules.pop("sloppy_stage", None)
 
 
 def test_a_plugin_code_change_reruns_it_and_diff_says_so(tmp_path, monkeypatch):
@@ -212,7 +159,14 @@ BROKEN_PROCESS = {
                 r"edits text but chars is not len\(text\)"),
     "wrongtype": ('return with_decision(table, {"wrongtype_x": pa.array(["a"] * table.num_rows)}, '
                   '[None] * table.num_rows)', r"column wrongtype_x is string, declared double"),
+    "liar": ('return with_decision(table, {"liar_other": pa.array([1.0] * table.num_rows)}, [None] * table.num_rows)',
+             r"broke its declared columns.*\['liar_other'\] undeclared, missing \['liar_score'\]"),
+    "sloppy": ('return with_decision(table, {}, ["too_short"] * table.num_rows)',
+               r"reason 'too_short'.*start with 'sloppy\.'"),
 }
+# The columns each of them declares (none unless listed).
+BROKEN_COLUMNS = {"wrongtype": '{"wrongtype_x": Column("double", "declared double")}',
+                  "liar": '{"liar_score": Column("double", "declared, never written")}'}
 
 
 def _plugin(tmp_path, monkeypatch, name: str, body: str, order: int = 250, columns: str = "{}") -> str:
@@ -241,8 +195,7 @@ def test_a_stage_that_breaks_the_contract_in_process_stops_the_build(tmp_path, m
     from pipeline.executor import PartitionError
 
     body, message = BROKEN_PROCESS[name]
-    columns = '{"wrongtype_x": Column("double", "declared double")}' if name == "wrongtype" else "{}"
-    module = _plugin(tmp_path, monkeypatch, name, body, columns=columns)
+    module = _plugin(tmp_path, monkeypatch, name, body, columns=BROKEN_COLUMNS.get(name, "{}"))
     data = {**_config(tmp_path), "plugins": [module], "executor": {"num_workers": 1}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises((PartitionError, RuntimeError), match=rf"stage {name}.*{message}"):
