@@ -9,15 +9,14 @@ import pytest
 import rjieba
 
 from pipeline.readers import Record, read_file
-from stages.text import CJK_CHAR_CLASS, half_width_alnum, words
+from stages.text import HAN_KANA_CLASS, MARK_CLASS, half_width_alnum, words
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 
-# The splitter ``words`` replaced (``stages.text.words`` before issue 14), kept
-# here as the reference: the whole text to rjieba, a Python test per character
+# The reference splitter: the whole text to rjieba, a Python test per character
 # of each token; a per-character alternation instead of possessive runs.
 _REFERENCE_WORD_RE = re.compile(
-    rf"[{CJK_CHAR_CLASS}]|[^\W_{CJK_CHAR_CLASS}](?:[^\W{CJK_CHAR_CLASS}]|['’\-](?=\w))*")
+    rf"[{HAN_KANA_CLASS}]|[^\W_{HAN_KANA_CLASS}](?:[^\W{HAN_KANA_CLASS}]|[{MARK_CLASS}]|['’\-](?=\w))*")
 
 
 def reference_words(text: str, lang: str | None) -> list[str]:
@@ -48,6 +47,10 @@ def reference_words(text: str, lang: str | None) -> list[str]:
     # Japanese: every kanji and kana (the long-vowel mark too) is one word
     ("東京は日本の首都です。コーヒーを飲む", "ja",
      ["東", "京", "は", "日", "本", "の", "首", "都", "で", "す", "コ", "ー", "ヒ", "ー", "を", "飲", "む"]),
+    # Indic scripts: vowel signs and viramas (combining marks) stay inside the word
+    ("हिन्दी भाषा और தமிழ் மொழி", "hi", ["हिन्दी", "भाषा", "और", "தமிழ்", "மொழி"]),
+    # Korean: hangul words are space-separated (eojeol), not one per syllable
+    ("한국어 텍스트입니다, 감사합니다.", "ko", ["한국어", "텍스트입니다", "감사합니다"]),
     # code: identifiers keep "_", operators and comments' "#" split
     ("def f(x_1):\n    return x_1 + 2**10  # done", "code",
      ["def", "f", "x_1", "return", "x_1", "2", "10", "done"]),
