@@ -8,7 +8,9 @@ Results go to ``bench-results/bench.json`` and ``bench-results/bench.md``.
     .venv/bin/python -m bench [--corpus DIR] [--out DIR] [--seq-length 2048] [--topics quality dedup ...]
 
 After the build it runs the topic benchmarks: ``bench.quality`` (language ID,
-heuristics, perplexity throughput), ``bench.dedup`` (precision/recall per
+heuristics, perplexity throughput), ``bench.multi`` (language ID against the
+bare lid.176 model, drop shares per language and reason, word salad and
+perplexity coverage on the held-out part of ``../shared/corpus-multi``), ``bench.dedup`` (precision/recall per
 Jaccard band, speed and peak RSS at 100k and 1M documents), ``bench.tokenizer``
 (training time and memory, encoding tokens/s) and ``bench.loader`` (loader
 throughput at seq_length 4096, lineage lookups on a 10M-sample table).
@@ -104,7 +106,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--seq-length", type=int, default=2048)
-    ap.add_argument("--topics", nargs="*", default=["quality", "dedup", "tokenizer", "loader"],
+    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "tokenizer", "loader"],
                     help="topic benchmarks to run after the build (bench/<topic>.py)")
     args = ap.parse_args()
 

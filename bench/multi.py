@@ -34,6 +34,7 @@ import argparse
 import io
 import json
 import random
+import re
 import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -154,11 +155,71 @@ def bare_labels(texts: list[str]) -> list[str]:
     return out
 
 
+_KANA = re.compile("[\u3040-\u30ff]")
+_HANGUL = re.compile("[\uac00-\ud7af]")
+_HAN = re.compile("[\u4e00-\u9fff]")
+
+
+def shape_variants(golds: list[dict]) -> dict[str, list[tuple[str, str]]]:
+    """Other page shapes of the gold documents, ``{shape: [(text, gold)]}``:
+    ``no blank lines`` (paragraph breaks removed, as in chat logs, poems and
+    tables), and ``short CJK lines`` (each line of 5-20 characters of a zh,
+    ja or ko page that holds the script of its language: Han without kana for
+    zh, kana for ja, hangul for ko)."""
+    out: dict[str, list[tuple[str, str]]] = {"no blank lines": [], "short CJK lines": []}
+    for r in golds:
+        g = gold(r)
+        out["no blank lines"].append(("\n".join(line for line in r["text"].splitlines() if line.strip()), g))
+        if g in ("zh", "ja", "ko"):
+            for line in r["text"].splitlines():
+                line = line.strip()
+                ok = {"zh": lambda t: _HAN.search(t) and not _KANA.search(t),
+                      "ja": lambda t: _KANA.search(t), "ko": lambda t: _HANGUL.search(t)}[g](line)
+                if 5 <= len(line) <= 20 and ok:
+                    out["short CJK lines"].append((line, g))
+    return out
+
+
+def stage_labels(texts: list[str], work: Path) -> list[str | None]:
+    """``langid_lang`` of each text from the langid stage with the default
+    config (every language allowed), run in this process."""
+    from stages import stage_class
+    from stages.base import StageContext
+
+    default = yaml.safe_load((REPO_ROOT / "configs" / "default.yaml").read_text())
+    cls = stage_class("langid")
+    stage = cls(cls.Config(**dict(default.get("langid") or {}, allowed_languages=None)),
+                StageContext(work_dir=work, cache_dir=work, seed=0, tools_dir=REPO_ROOT / "tools" / "bin"))
+    n = len(texts)
+    table = pa.table({"id": [str(i) for i in range(n)], "source": ["s"] * n, "file": ["f"] * n,
+                      "line": list(range(n)), "text": texts, "meta": ["{}"] * n,
+                      "lang_hint": pa.nulls(n, pa.string()), "chars": [len(t) for t in texts]})
+    out: list[str | None] = []
+    for start in range(0, n, 2000):
+        out += stage.process(table.slice(start, 2000)).column("langid_lang").to_pylist()
+    return out
+
+
+def shapes_table(golds: list[dict], work: Path) -> dict[str, Counter]:
+    """Stage and bare-model accuracy on :func:`shape_variants`."""
+    res: dict[str, Counter] = {}
+    work.mkdir(parents=True, exist_ok=True)
+    for shape, pairs in shape_variants(golds).items():
+        texts = [t for t, _ in pairs]
+        c = Counter()
+        for (_, g), st, bare in zip(pairs, stage_labels(texts, work), bare_labels(texts)):
+            c["n"] += 1
+            c["stage"] += correct(st, g)
+            c["bare"] += correct(bare, g)
+        res[shape] = c
+    return res
+
+
 def _pct(num: int, den: int) -> str:
     return f"{100 * num / den:.1f}%" if den else "-"
 
 
-def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict) -> dict:
+def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict, work: Path) -> dict:
     """Every table of the benchmark as plain data (see the module docstring)."""
     docs = [r for r in index.values() if r["bench_kind"] != "salad"]
     golds = [r for r in docs if gold(r)]
@@ -220,7 +281,7 @@ def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict) 
         salad[f"{lang}:orig_lost"] += orig is not None and orig.split(".")[0] in QUALITY_STAGES
         salad[f"{lang}:orig_by:{orig}"] += orig is not None
     ppl = manifest.get("stages", {}).get("perplexity", {})
-    return {"lid": lid, "lid_lang": lid_lang, "confusions": dict(confusions.most_common(15)),
+    return {"shapes": shapes_table(golds, work), "lid": lid, "lid_lang": lid_lang, "confusions": dict(confusions.most_common(15)),
             "drops": drops, "mixed": mixed, "salad": salad,
             "perplexity": {"facts": ppl.get("facts", {}), "warnings": ppl.get("warnings", [])},
             "accounting": manifest.get("accounting")}
@@ -233,6 +294,8 @@ def markdown(res: dict) -> str:
     for key in sorted(res["lid"], key=lambda k: (k != "all", k != "all >= 200 chars", k)):
         c = res["lid"][key]
         lines.append(f"| {key} | {c['n']:,} | {_pct(c['stage'], c['n'])} | {_pct(c['bare'], c['n'])} |")
+    for shape, c in res["shapes"].items():
+        lines.append(f"| shape: {shape} | {c['n']:,} | {_pct(c['stage'], c['n'])} | {_pct(c['bare'], c['n'])} |")
     lines += ["", "| gold language | documents | stage | bare |", "|---|---:|---:|---:|"]
     for lang, c in sorted(res["lid_lang"].items()):
         lines.append(f"| {lang} | {c['n']} | {_pct(c['stage'], c['n'])} | {_pct(c['bare'], c['n'])} |")
@@ -299,7 +362,7 @@ def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = Fa
         vdir, manifest = result.version_dir, result.manifest
     decided = _decisions(vdir)
     missing = [i for i in index if i not in decided]
-    res = evaluate(index, decided, manifest)
+    res = evaluate(index, decided, manifest, work / "shapes")
     res["missing"] = len(missing)
     (Path(out_dir) / "multi.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=dict))
     return markdown(res) + (f"\n\n{len(missing)} documents have no decision (quarantined?)" if missing else "")
