@@ -81,6 +81,9 @@ class Thresholds(pydantic.BaseModel):
     max_mojibake_per_kchar: float | None = None
     max_abnormal_char_share: float | None = None
     max_code_line_fraction: float | None = None
+    max_keyword_run_share: float | None = None
+    max_navigation_line_fraction: float | None = None
+    min_zh_function_word_share: float | None = None
     # code
     max_line_length: int | None = None
     max_mean_line_length: float | None = None
@@ -162,6 +165,23 @@ _CJK_RULES = dict(
     max_code_line_fraction=0.50,       # ours: half of the lines look like code
 )
 
+_ZH_WEB = dict(
+    # Our measurements on the zh documents langid keeps of records("dev") of
+    # corpus-multi and /work/shared/corpus (1,311 man pages, 5,391 fortunes,
+    # 15 debref chapters, 39 documentation pages), docs/stages/heuristics.md:
+    # keyword runs: max 0.50 (man pages with space-separated words), 0.42
+    # (fortunes); a keyword-stuffing page is ~1.0.
+    max_keyword_run_share=0.60,
+    # navigation lines: max 0.83 (man pages: a Tk cursor list; fortunes), 0.50
+    # (gnome-help); a menu-and-headings page is 1.0.
+    max_navigation_line_fraction=0.90,
+    # Function words in unpunctuated lines: 0.0 in >= 1% of the zh man pages
+    # (option lists, p5 0.013), so no threshold keeps documentation and drops
+    # stuffing by itself: off (keyword runs and unbroken runs catch stuffing);
+    # settable per language, e.g. 0.02.
+    min_zh_function_word_share=None,
+)
+
 PRESETS: dict[str, Thresholds] = {
     "default": Thresholds(
         # Gopher keeps 50..100,000 words; 50 would drop ~90% of the fortunes
@@ -187,6 +207,7 @@ PRESETS: dict[str, Thresholds] = {
         **_GOPHER_LINES, **_GOPHER_REPETITION, **_C4, **_FINEWEB, **_CJK_RULES,
     ),
     "zh": Thresholds(
+        **_ZH_WEB,
         # Words are rjieba words (mean ~1.6 characters), so word counts are
         # ~0.6 x characters; mean word length is not used for CJK.
         min_chars=10,                      # our measurement (short zh fortunes)
