@@ -183,7 +183,7 @@ def keyword_run_share(doc: Document) -> float | None:
     separated by spaces, ``|``, ``｜``, ``/``, ``_``, ``-``, ``·`` or ``•``
     (``北京搬家 搬家公司 便宜搬家 正规搬家``). A sentence with a Latin word
     between Chinese words (``使用 apt-get 安装 软件包``) has no such run.
-    None without Han/kana characters."""
+    None without Han/kana characters (the rule then passes)."""
     total = len(_HAN_KANA_RE.findall(doc.text))
     if total == 0:
         return None
@@ -257,7 +257,7 @@ RULES: tuple[Rule, ...] = (
     Rule("max_abnormal_char_share", "abnormal_char_share", "max", FAMILY),
     Rule("max_unbroken_run", "unbroken_run", "max", FAMILY),
     Rule("max_code_line_fraction", "code_line_fraction", "max", FAMILY),
-    Rule("max_keyword_run_share", "keyword_run_share", "max", FAMILY),
+    Rule("max_keyword_run_share", "keyword_run_share", "max", FAMILY, undefined_passes=True),
     Rule("max_navigation_line_fraction", "navigation_line_fraction", "max", FAMILY,
          undefined_passes=True),
     Rule("min_zh_function_word_share", "zh_function_word_share", "min", FAMILY,

@@ -211,7 +211,10 @@ PRESETS: dict[str, Thresholds] = {
         # Words are rjieba words (mean ~1.6 characters), so word counts are
         # ~0.6 x characters; mean word length is not used for CJK.
         min_chars=10,                      # our measurement (short zh fortunes)
-        min_words=5,
+        # Short Chinese text is sized by characters, not rjieba words: jieba
+        # keeps a classical line whole (路漫漫其修远兮，吾将上下而求索。 is 2
+        # words, 16 characters), so min_words 5 dropped it; min_chars decides.
+        min_words=None,
         max_words=200_000,                 # Gopher's 100k words ~ 160k zh chars; doubled
         max_symbol_word_ratio=0.10,        # Gopher ('……' counts once)
         min_alpha_word_share=0.70,         # our measurement, as default
