@@ -128,3 +128,69 @@ def words(text: str, lang: str | None) -> list[str]:
 def nfkc(text: str) -> str:
     """Unicode NFKC: folds full-width digits, letters and punctuation to ASCII."""
     return unicodedata.normalize("NFKC", text)
+
+
+# Han ideographs and kana (no Hangul: Korean is written with spaces between
+# words, so a Hangul syllable is a letter of a space-separated word).
+HAN_KANA_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U000323af"
+
+
+@lru_cache(maxsize=1)
+def _quality_word_re() -> re.Pattern:
+    """The word pattern of :func:`quality_words` (compiled once, on first use:
+    the mark class is read from ``unicodedata``, ~0.1 s)."""
+    marks, start = [], None
+    for cp in range(0x30000):
+        is_mark = unicodedata.category(chr(cp)).startswith("M")
+        if is_mark and start is None:
+            start = cp
+        elif not is_mark and start is not None:
+            marks.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
+            start = None
+    letter = rf"(?:[^\W{HAN_KANA_CLASS}]|[{''.join(marks)}])"
+    return re.compile(rf"([{HAN_KANA_CLASS}]+)|[^\W_{HAN_KANA_CLASS}]{letter}*+"
+                      rf"(?:['’\-](?=\w){letter}*+)*+")
+
+
+def quality_words(text: str, lang: str | None) -> list[str]:
+    """Words for the quality rules (``stages.heuristics``): never assume
+    spaces where a script has none, whatever the document's label.
+
+    Args:
+        text: any string.
+        lang: the document language code, or None.
+
+    Returns:
+        For ``zh``/``yue``/``wuu``: :func:`words` (rjieba on the whole text).
+        For every other label: runs of letters, digits and combining marks
+        (so a Devanagari, Tamil or Thai word with its vowel signs is one word,
+        not one per mark; Hangul syllables are letters of space-separated
+        words), and every run of Han/kana characters cut by rjieba (kanji
+        compounds as words; kana, which jieba's dictionary lacks, one word
+        per character). A Japanese or Chinese paragraph inside an English
+        page is thus measured with the segmenter, not as one word per
+        character and not as one 300-character word. Full-width letters and
+        digits are read as ASCII first (as :func:`words`).
+    """
+    if lang in ("zh", "yue", "wuu"):
+        return words(text, lang)
+    text = half_width_alnum(text)
+    out: list[str] = []
+    cut = None
+    for match in _quality_word_re().finditer(text):
+        run = match.group(1)
+        if run is None:
+            out.append(match.group())
+        else:
+            cut = cut or _rjieba().cut
+            out.extend(w for w in cut(run) if _ALNUM_SEARCH(w))
+    return out
+
+
+_HAN_KANA_START = re.compile(f"[{HAN_KANA_CLASS}]").match
+
+
+def is_han_kana_word(word: str) -> bool:
+    """True when ``word`` (a :func:`quality_words` word) starts with a Han or
+    kana character: a word of the unspaced part of a text."""
+    return _HAN_KANA_START(word) is not None

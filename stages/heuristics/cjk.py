@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from stages.heuristics.family import BatchCount, Measure, Rule, count_matches, ratio
+from stages.text import HAN_KANA_CLASS, words
 
 if TYPE_CHECKING:
     from stages.heuristics.view import Document
@@ -117,14 +118,103 @@ def mojibake_per_kchar(doc: Document) -> float | None:
     """Mojibake sequences per 1,000 characters: U+FFFD, ``锟斤拷``/``烫烫烫``/
     ``屯屯屯`` (GBK/UTF-8 round trips), and UTF-8 read as Latin-1/cp1252
     (``Ã©``, ``â€™``, ``Ð¿``), confirmed with ftfy's ``badness`` on the lines
-    that hold such a pair (ftfy runs at ~1.3 M chars/s, so only there)."""
+    that hold such a pair (ftfy runs at ~1.3 M chars/s, so only there).
+
+    A line's confirmed sequences count only when they outnumber its
+    correctly encoded non-ASCII characters (those outside the suspect
+    pairs): garbled text has none left (every ``é`` became ``Ã©``), while a
+    page that *explains* mojibake quotes ``Ã©`` next to the ``é`` or the
+    Chinese/Japanese prose it stands for, and is kept."""
     text = doc.text
     count = doc.counts["mojibake_fixed"]
     if doc.counts["mojibake_suspect"]:
         from ftfy.badness import badness
 
-        count += sum(badness(line) for line in doc.lines if _MOJIBAKE_SUSPECT_RE.search(line))
+        for line in doc.lines:
+            if not _MOJIBAKE_SUSPECT_RE.search(line):
+                continue
+            bad = badness(line)
+            correct = sum(1 for ch in _MOJIBAKE_SUSPECT_RE.sub("", line) if not ch.isascii())
+            if bad > correct:
+                count += bad
     return ratio(1000 * count, len(text))
+
+
+# Chinese function words: modern (particles, pronouns, prepositions,
+# conjunctions, the copula, negation) and classical (之 乎 者 也 矣 焉 哉 兮
+# 其 而 以 于 则 乃 亦 曰 无 莫), so that classical prose and poetry count too.
+# Our list: the function words among the most frequent rjieba words of the zh
+# prose of /work/shared/corpus, plus the classical particles.
+ZH_FUNCTION_WORDS = frozenset((
+    "的 了 是 在 和 也 就 都 着 过 把 被 从 对 向 给 但 与 及 或 而 这 那 这个 那个 个 们 吗 呢 "
+    "吧 啊 我 你 他 她 它 我们 你们 他们 不 没 没有 很 还 又 要 会 能 可以 如果 因为 所以 "
+    "一个 就是 还是 但是 然后 以及 或者 如何 什么 为 于 中 上 下 之 乎 者 矣 焉 哉 兮 其 以 "
+    "则 乃 亦 曰 无 莫 所 若 此 彼 吾 汝 尔 非 未 已 将 自 皆 乎").split())
+# Separators between the items of a keyword list on one line (not the
+# commas ，、 and ",": prose and classical lists use them, 伯达、伯适、仲突).
+_KEYWORD_SPLIT_RE = re.compile(r"[ \t|｜/_·•\-]+")
+_CJK_RUN_RE = re.compile(f"^[{HAN_KANA_CLASS}]{{2,8}}$")
+_HAN_KANA_RE = re.compile(f"[{HAN_KANA_CLASS}]")
+# Sentence punctuation, full-width and ASCII.
+_SENTENCE_PUNCT = frozenset("，。！？；：、…,.!?;:")
+
+
+def zh_function_word_share(doc: Document) -> float | None:
+    """Share of the words of the unpunctuated lines (no sentence punctuation
+    ``，。！？；：、…`` or ASCII ``,.!?;:``) that are Chinese function words
+    (:data:`ZH_FUNCTION_WORDS`, modern and classical). A run of words with
+    neither punctuation nor function words is no sentence: keyword stuffing
+    strings nouns and modifiers together. Poetry and prose are punctuated, so
+    their lines are not measured (a classical ci has no function word at
+    all). None when those lines hold fewer than 50 words (the rule then
+    passes)."""
+    unpunctuated = [line for line in doc.lines if _SENTENCE_PUNCT.isdisjoint(line)]
+    if not unpunctuated:
+        return None
+    found = words("\n".join(unpunctuated), "zh")
+    if len(found) < 50:
+        return None
+    return sum(map(ZH_FUNCTION_WORDS.__contains__, found)) / len(found)
+
+
+def keyword_run_share(doc: Document) -> float | None:
+    """Share of the Han/kana characters that stand in keyword runs: three or
+    more consecutive items of 2..8 Han/kana characters each on one line,
+    separated by spaces, ``|``, ``｜``, ``/``, ``_``, ``-``, ``·`` or ``•``
+    (``北京搬家 搬家公司 便宜搬家 正规搬家``). A sentence with a Latin word
+    between Chinese words (``使用 apt-get 安装 软件包``) has no such run.
+    None without Han/kana characters (the rule then passes)."""
+    total = len(_HAN_KANA_RE.findall(doc.text))
+    if total == 0:
+        return None
+    inside = 0
+    for line in doc.lines:
+        if not _KEYWORD_SPLIT_RE.search(line):
+            continue
+        run: list[str] = []
+        for piece in _KEYWORD_SPLIT_RE.split(line) + [""]:
+            if _CJK_RUN_RE.match(piece):
+                run.append(piece)
+                continue
+            if len(run) >= 3:
+                inside += sum(map(len, run))
+            run = []
+    return inside / total
+
+
+def navigation_line_fraction(doc: Document) -> float | None:
+    """Share of non-blank lines that are menu items or headings: at most
+    ``short_line_chars`` characters and no sentence punctuation
+    (``，。！？；：、…`` or ASCII ``,.!?;:``). A page of menus and section
+    titles is near 1.0; poetry is short lines *with* punctuation. None for
+    a document of fewer than 5 non-blank lines (too few to tell; the rule
+    then passes)."""
+    lines = doc.lines
+    if len(lines) < 5:
+        return None
+    limit = doc.short_line_chars
+    nav = sum(1 for line in lines if len(line) <= limit and _SENTENCE_PUNCT.isdisjoint(line))
+    return nav / len(lines)
 
 
 def abnormal_char_share(doc: Document) -> float | None:
@@ -147,6 +237,9 @@ VALUES: dict[str, Measure] = {
     "mojibake_per_kchar": mojibake_per_kchar,
     "abnormal_char_share": abnormal_char_share,
     "code_line_fraction": code_line_fraction,
+    "keyword_run_share": keyword_run_share,
+    "navigation_line_fraction": navigation_line_fraction,
+    "zh_function_word_share": zh_function_word_share,
 }
 INT_VALUES = frozenset({"unbroken_run"})
 BATCH_COUNTS: dict[str, BatchCount] = {
@@ -164,4 +257,9 @@ RULES: tuple[Rule, ...] = (
     Rule("max_abnormal_char_share", "abnormal_char_share", "max", FAMILY),
     Rule("max_unbroken_run", "unbroken_run", "max", FAMILY),
     Rule("max_code_line_fraction", "code_line_fraction", "max", FAMILY),
+    Rule("max_keyword_run_share", "keyword_run_share", "max", FAMILY, undefined_passes=True),
+    Rule("max_navigation_line_fraction", "navigation_line_fraction", "max", FAMILY,
+         undefined_passes=True),
+    Rule("min_zh_function_word_share", "zh_function_word_share", "min", FAMILY,
+         undefined_passes=True),
 )

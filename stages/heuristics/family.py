@@ -49,6 +49,10 @@ class Rule:
     bound: Literal["min", "max"]
     family: str
     long_only: bool = False     # skipped below Thresholds.long_document_min_words
+    # An undefined value (None) passes instead of failing: the rule measures
+    # a part of the text the document may not have (e.g. mean word length of
+    # the space-separated part of an all-Japanese page).
+    undefined_passes: bool = False
 
 
 def ratio(num: float, den: float) -> float | None:

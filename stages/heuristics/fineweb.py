@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from stages.heuristics.c4 import TERMINAL_PUNCTUATION
-from stages.heuristics.family import LINE_BREAK_RE2, BatchCount, Measure, Rule, count_matches, ratio
+from stages.heuristics.family import BatchCount, Measure, Rule, ratio
 
 if TYPE_CHECKING:
     from stages.heuristics.view import Document
@@ -39,9 +39,12 @@ def short_line_fraction(doc: Document) -> float | None:
 
 
 def newline_word_ratio(doc: Document) -> float | None:
-    """Line breaks per word (FineWeb's ``new_line_ratio``; any line break:
-    LF, CRLF, CR, U+2028...); None without words."""
-    return ratio(doc.counts["line_breaks"], len(doc.words))
+    """Line breaks between non-blank lines per word (FineWeb's
+    ``new_line_ratio``: ``text.count("\\n") / words`` on trafilatura output,
+    where paragraphs are separated by one line break; ours are separated by
+    a blank line, which is layout, not content, so blank lines are not
+    counted: non-blank lines - 1, any line break); None without words."""
+    return ratio(max(len(doc.lines) - 1, 0), len(doc.words))
 
 
 VALUES: dict[str, Measure] = {
@@ -50,10 +53,7 @@ VALUES: dict[str, Measure] = {
     "newline_word_ratio": newline_word_ratio,
 }
 INT_VALUES: frozenset[str] = frozenset()
-# Run over a whole partition at once with Arrow's RE2 kernels: every line break.
-BATCH_COUNTS: dict[str, BatchCount] = {
-    "line_breaks": count_matches(r"\n|" + LINE_BREAK_RE2),
-}
+BATCH_COUNTS: dict[str, BatchCount] = {}
 
 RULES: tuple[Rule, ...] = (
     Rule("min_line_punct_ratio", "line_punct_ratio", "min", FAMILY),

@@ -50,8 +50,13 @@ def symbol_word_ratio(doc: Document) -> float | None:
 
 
 def mean_word_length(doc: Document) -> float | None:
-    """Mean characters per word; None without words."""
-    return ratio(doc.word_chars, len(doc.words))
+    """Mean characters per word of the space-separated part of the text
+    (:attr:`Document.spaced_words`: Han/kana words are left out, so a
+    Japanese paragraph in an English page does not count as one-letter
+    words); None without such words (the rule then passes: the text has no
+    part it measures)."""
+    spaced = doc.spaced_words
+    return ratio(sum(map(len, spaced)), len(spaced))
 
 
 def alpha_word_share(doc: Document) -> float | None:
@@ -108,8 +113,8 @@ SIZE_RULES: tuple[Rule, ...] = (
 RULES: tuple[Rule, ...] = (
     *SIZE_RULES,
     Rule("max_symbol_word_ratio", "symbol_word_ratio", "max", FAMILY),
-    Rule("min_mean_word_length", "mean_word_length", "min", FAMILY),
-    Rule("max_mean_word_length", "mean_word_length", "max", FAMILY),
+    Rule("min_mean_word_length", "mean_word_length", "min", FAMILY, undefined_passes=True),
+    Rule("max_mean_word_length", "mean_word_length", "max", FAMILY, undefined_passes=True),
     Rule("min_alpha_word_share", "alpha_word_share", "min", FAMILY),
     Rule("max_bullet_line_fraction", "bullet_line_fraction", "max", FAMILY),
     Rule("max_ellipsis_line_fraction", "ellipsis_line_fraction", "max", FAMILY),

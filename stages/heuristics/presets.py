@@ -81,6 +81,9 @@ class Thresholds(pydantic.BaseModel):
     max_mojibake_per_kchar: float | None = None
     max_abnormal_char_share: float | None = None
     max_code_line_fraction: float | None = None
+    max_keyword_run_share: float | None = None
+    max_navigation_line_fraction: float | None = None
+    min_zh_function_word_share: float | None = None
     # code
     max_line_length: int | None = None
     max_mean_line_length: float | None = None
@@ -90,7 +93,8 @@ class Thresholds(pydantic.BaseModel):
 _GOPHER_REPETITION = dict(
     # Gopher (Rae et al. 2021), Table A1: duplicate lines <= 30% of lines and
     # <= 20% of characters, the same for paragraphs; top 2/3/4-gram <= 20/18/16%
-    # of characters; duplicated 5..10-grams <= 15/14/13/12/11/10%.
+    # of characters; duplicated 5..10-grams <= 15/14/13/12/11/10% (doubled
+    # here, see below).
     max_duplicate_line_fraction=0.30,
     max_duplicate_line_char_fraction=0.20,
     max_duplicate_paragraph_fraction=0.30,
@@ -98,12 +102,22 @@ _GOPHER_REPETITION = dict(
     max_top_2gram_char_share=0.20,
     max_top_3gram_char_share=0.18,
     max_top_4gram_char_share=0.16,
-    max_duplicate_5gram_char_share=0.15,
-    max_duplicate_6gram_char_share=0.14,
-    max_duplicate_7gram_char_share=0.13,
-    max_duplicate_8gram_char_share=0.12,
-    max_duplicate_9gram_char_share=0.11,
-    max_duplicate_10gram_char_share=0.10,
+    # Duplicated 5..10-grams: Gopher's 0.15/0.14/0.13/0.12/0.11/0.10 (and
+    # FineWeb-2's per-language values near them, e.g. fin_Latn
+    # 0.171/0.149/0.131/0.119/0.106/0.094) are set on web pages. Real
+    # documentation repeats its own phrases ("the workspace shown left of the
+    # current workspace", option wording): on the documents of >= 50 words of
+    # records("dev") of corpus-multi (gnome-help + manuals, 7,574 documents)
+    # Gopher's values (5-gram 0.25 as our config had) drop 10.9%, man pages
+    # of /work/shared/corpus 9.1%, the KJV 13.4%; twice Gopher's values (5-gram
+    # 0.30) drop 5.3%, 1.5% and 3.5% (our measurement; p99 of the 5-gram share
+    # is 0.44 / 0.32 / 0.43 there, boilerplate-repeating pages are far above).
+    max_duplicate_5gram_char_share=0.30,
+    max_duplicate_6gram_char_share=0.28,
+    max_duplicate_7gram_char_share=0.26,
+    max_duplicate_8gram_char_share=0.24,
+    max_duplicate_9gram_char_share=0.22,
+    max_duplicate_10gram_char_share=0.20,
     # Gopher sets all its thresholds on documents of >= 50 words (its
     # min_words). On shorter ones, one refrain of a song or poem is "20% of
     # the characters": applied to all documents the n-gram rules drop 36% of
@@ -151,6 +165,23 @@ _CJK_RULES = dict(
     max_code_line_fraction=0.50,       # ours: half of the lines look like code
 )
 
+_ZH_WEB = dict(
+    # Our measurements on the zh documents langid keeps of records("dev") of
+    # corpus-multi and /work/shared/corpus (1,311 man pages, 5,391 fortunes,
+    # 15 debref chapters, 39 documentation pages), docs/stages/heuristics.md:
+    # keyword runs: max 0.50 (man pages with space-separated words), 0.42
+    # (fortunes); a keyword-stuffing page is ~1.0.
+    max_keyword_run_share=0.60,
+    # navigation lines: max 0.83 (man pages: a Tk cursor list; fortunes), 0.50
+    # (gnome-help); a menu-and-headings page is 1.0.
+    max_navigation_line_fraction=0.90,
+    # Function words in unpunctuated lines: 0.0 in >= 1% of the zh man pages
+    # (option lists, p5 0.013), so no threshold keeps documentation and drops
+    # stuffing by itself: off (keyword runs and unbroken runs catch stuffing);
+    # settable per language, e.g. 0.02.
+    min_zh_function_word_share=None,
+)
+
 PRESETS: dict[str, Thresholds] = {
     "default": Thresholds(
         # Gopher keeps 50..100,000 words; 50 would drop ~90% of the fortunes
@@ -176,10 +207,14 @@ PRESETS: dict[str, Thresholds] = {
         **_GOPHER_LINES, **_GOPHER_REPETITION, **_C4, **_FINEWEB, **_CJK_RULES,
     ),
     "zh": Thresholds(
+        **_ZH_WEB,
         # Words are rjieba words (mean ~1.6 characters), so word counts are
         # ~0.6 x characters; mean word length is not used for CJK.
         min_chars=10,                      # our measurement (short zh fortunes)
-        min_words=5,
+        # Short Chinese text is sized by characters, not rjieba words: jieba
+        # keeps a classical line whole (路漫漫其修远兮，吾将上下而求索。 is 2
+        # words, 16 characters), so min_words 5 dropped it; min_chars decides.
+        min_words=None,
         max_words=200_000,                 # Gopher's 100k words ~ 160k zh chars; doubled
         max_symbol_word_ratio=0.10,        # Gopher ('……' counts once)
         min_alpha_word_share=0.70,         # our measurement, as default

@@ -91,7 +91,8 @@ def evaluate(doc: Document, thresholds: Thresholds) -> tuple[dict[str, Any], str
     Returns:
         ``(values, reason)``: value name -> number (None when undefined), and
         the first failing rule's reason code (None when kept). A rule whose
-        value is undefined (e.g. a ratio over zero words) fails. Every active
+        value is undefined (e.g. a ratio over zero words) fails, unless it is
+        ``undefined_passes`` (it measures a part the document lacks). Every active
         rule's value is measured even after a rule failed, so each document
         shows all its values. ``long_only`` rules are measured but not
         applied to documents with fewer than ``long_document_min_words`` words.
@@ -106,6 +107,9 @@ def evaluate(doc: Document, thresholds: Thresholds) -> tuple[dict[str, Any], str
             value = values[rule.value] = VALUES[rule.value](doc)
         if reason is not None or (short and rule.long_only):
             continue
-        if value is None or (value < limit if rule.bound == "min" else value > limit):
+        if value is None:
+            if not rule.undefined_passes:
+                reason = f"heuristics.{rule.name}"
+        elif (value < limit if rule.bound == "min" else value > limit):
             reason = f"heuristics.{rule.name}"
     return values, reason

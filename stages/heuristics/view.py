@@ -1,9 +1,9 @@
 """The one shared document view of the heuristics stage.
 
 Each document is measured once: its lines, paragraphs and words
-(``stages.text.words`` for the document's ``langid_lang``: rjieba for
-Chinese, one word per CJK character for Japanese/Korean, letter runs
-otherwise) are computed a single time (:class:`Document`, lazily) and shared
+(``stages.text.quality_words`` for the document's ``langid_lang``:
+rjieba for Chinese and for every Han/kana run whatever the label, letter
+runs otherwise) are computed a single time (:class:`Document`, lazily) and shared
 by every rule of every family; word n-grams are counted once for n = 2..10
 (:attr:`Document.ngram_stats`, :mod:`stages.heuristics.ngrams`) and the
 partition-wide regex counts once per partition
@@ -19,7 +19,7 @@ import pyarrow as pa
 from stages.heuristics.family import ratio
 from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.rules import batch_counts
-from stages.text import PARAGRAPH_BREAK_RE, words
+from stages.text import CJK_LANGS, PARAGRAPH_BREAK_RE, is_han_kana_word, quality_words
 
 
 class Document:
@@ -78,8 +78,27 @@ class Document:
 
     @cached_property
     def words(self) -> list[str]:
-        """``stages.text.words(text, lang)``."""
-        return words(self.text, self.lang)
+        """``stages.text.quality_words(text, lang)``: rjieba words for
+        Chinese, rjieba for every Han/kana run whatever the label, letter runs
+        (combining marks included) otherwise."""
+        return quality_words(self.text, self.lang)
+
+    @cached_property
+    def spaced_words(self) -> list[str]:
+        """The words of the space-separated part of the text: :attr:`words`
+        that do not start with a Han or kana character (all of them for a
+        page without CJK text)."""
+        return [w for w in self.words if not is_han_kana_word(w)]
+
+    @cached_property
+    def ngram_words(self) -> list[str]:
+        """The words the n-gram repetition rules count: :attr:`words` for a
+        CJK label (``stages.text.CJK_LANGS``), :attr:`spaced_words` for every
+        other label. A Japanese part of an English page is one word per kana,
+        so its "5-grams" are 5 characters (why the ``ja`` preset has the
+        duplicated n-gram rules off): it is left out, as the ``ja`` preset
+        would leave it."""
+        return self.words if self.lang in CJK_LANGS else self.spaced_words
 
     @cached_property
     def word_chars(self) -> int:
@@ -88,7 +107,8 @@ class Document:
 
     @cached_property
     def ngram_stats(self) -> dict[str, float | None]:
-        """Gopher's word n-gram repetition values, all from one pass over n.
+        """Gopher's word n-gram repetition values of :attr:`ngram_words`,
+        all from one pass over n.
 
         ``top_{n}gram_char_share`` (n = 2, 3, 4): characters covered by the
         most frequent n-gram, ``count(top) * chars(top) / word_chars``; among
@@ -108,7 +128,7 @@ class Document:
         stops there. Short documents use Python dicts, long ones Arrow's hash
         dictionary encoding (same ids; measured crossover ~300 words).
         """
-        return ngram_stats_batch([self.words])[0]
+        return ngram_stats_batch([self.ngram_words])[0]
 
 
 def _duplicate_fractions(items: list[str]) -> tuple[float | None, float | None]:
