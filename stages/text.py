@@ -130,24 +130,12 @@ def nfkc(text: str) -> str:
     return unicodedata.normalize("NFKC", text)
 
 
-# Han ideographs and kana (no Hangul: Korean is written with spaces between
-# words, so a Hangul syllable is a letter of a space-separated word).
-HAN_KANA_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U000323af"
-
-
 @lru_cache(maxsize=1)
 def _quality_word_re() -> re.Pattern:
-    """The word pattern of :func:`quality_words` (compiled once, on first use:
-    the mark class is read from ``unicodedata``, ~0.1 s)."""
-    marks, start = [], None
-    for cp in range(0x30000):
-        is_mark = unicodedata.category(chr(cp)).startswith("M")
-        if is_mark and start is None:
-            start = cp
-        elif not is_mark and start is not None:
-            marks.append(f"{re.escape(chr(start))}-{re.escape(chr(cp - 1))}")
-            start = None
-    letter = rf"(?:[^\W{HAN_KANA_CLASS}]|[{''.join(marks)}])"
+    """The word pattern of :func:`quality_words`: a run of Han/kana (group 1,
+    cut by rjieba afterwards) or a :func:`words` word (letters, digits and
+    combining marks)."""
+    letter = rf"(?:[^\W{HAN_KANA_CLASS}]|[{MARK_CLASS}])"
     return re.compile(rf"([{HAN_KANA_CLASS}]+)|[^\W_{HAN_KANA_CLASS}]{letter}*+"
                       rf"(?:['’\-](?=\w){letter}*+)*+")
 
