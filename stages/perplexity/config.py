@@ -8,6 +8,7 @@ from typing import Literal
 import pydantic
 
 from stages.base import StageConfig
+from stages.lang_codes import canonical, canonical_keys
 
 class Config(StageConfig):
     """Perplexity stage config (``stages.perplexity`` in the build config).
@@ -93,6 +94,50 @@ class Config(StageConfig):
             reference lines when there are more), which bounds its memory and
             time; 1,000,000 is SentencePiece's documented order of magnitude
             for a full training (its README suggests 1e6-1e7 sentences).
+        fold_chinese_script: Chinese text (``langid_lang`` zh/yue/wuu) is
+            converted to Simplified with OpenCC before the model sees it, in
+            training and scoring alike: ``tw2sp`` (default: Taiwan standard to
+            mainland Simplified, with phrases), ``t2s`` (characters only) or
+            ``none``. Our measurement on the 300 zh_CN/zh_TW man-page twins of
+            ../shared/corpus plus the 6 maint-guide zh-cn/zh-tw DEV pages of
+            corpus-multi, model trained on debref zh: perplexity(Hant) /
+            perplexity(Hans) per pair, median (p5-p95), is 2.54 (1.76-3.38)
+            with ``none``, 1.23 (1.07-1.46) with ``t2s`` and 1.08
+            (1.00-1.31) with ``tw2sp`` (docs/stages/perplexity.md).
+        word_salad_max_ratio: language -> cut-off of the *self-shuffle
+            ratio* (``perplexity_shuffle_ratio``: perplexity of the document
+            with each line's words shuffled over its own perplexity; about 1
+            for word salad, higher for natural text). A document at or below
+            its language's cut-off is dropped with reason
+            ``perplexity.word_salad`` (``action: drop``). Languages not listed
+            are not checked (the column is null). Defaults ``en: 1.15, zh:
+            1.3``: our measurement on ../shared/corpus and corpus-multi DEV
+            (models trained on debref; 892 en and 946 zh clean documents of
+            every kind and their word salad, docs/stages/perplexity.md): at
+            these cut-offs, among documents of at least
+            ``word_salad_min_tokens`` tokens, 97-100% of en salad and 86-100%
+            of zh salad per set are dropped, and 0.7% of clean en (6/892,
+            mostly aptitude screen dumps) and 0.4% of clean zh (4/946) are
+            lost.
+        word_salad_min_tokens: the word-salad check applies only to documents
+            of at least this many model tokens (words and punctuation plus
+            one ``</s>`` per line): on short documents the ratio is noise
+            (measured: clean fortunes of < 150 tokens reach ratios of
+            0.9-1.1, as low as salad). Default 150, same measurement.
+        require_models: languages that must get a model: when one does not
+            (too little reference text, none at all, or outside
+            ``languages``), ``fit`` stops the build with one line naming the
+            language and its reference characters against
+            ``min_reference_chars``. Every other language without a model is a
+            warning (manifest ``stages.perplexity.warnings``, the build
+            summary, report.html, ``diff``) and its documents pass unscored.
+            Default none (a sample corpus may lack a language); list the
+            languages a corpus is for.
+
+    Every language key and list (``max_perplexity``, ``models``,
+    ``languages``, ``word_salad_max_ratio``, ``require_models``) goes through
+    :func:`stages.lang_codes.canonical` (``zh-Hant``/``cmn`` -> ``zh``, ``nb``
+    -> ``no``, ``eng`` -> ``en``).
     """
 
     requires = {"langid_lang": "one KenLM model and one threshold per language"}
@@ -112,6 +157,41 @@ class Config(StageConfig):
     sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
     sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
     models: dict[str, str] = {}
+    fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
+    word_salad_max_ratio: dict[str, float] = {"en": 1.15, "zh": 1.3}
+    word_salad_min_tokens: int = pydantic.Field(150, ge=2)
+    require_models: list[str] = []
+
+    @pydantic.field_validator("max_perplexity", "models", "word_salad_max_ratio", mode="before")
+    @classmethod
+    def _canonical_keys(cls, value, info):
+        if isinstance(value, dict):
+            return canonical_keys({str(k): v for k, v in value.items()}, f"perplexity.{info.field_name}")
+        return value
+
+    @pydantic.field_validator("languages", "require_models", mode="before")
+    @classmethod
+    def _canonical_list(cls, value):
+        if isinstance(value, list):
+            return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
+        return value
+
+    @pydantic.field_validator("word_salad_max_ratio")
+    @classmethod
+    def _ratio_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"perplexity.word_salad_max_ratio values must be finite and > 0: {bad}")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _required_languages_allowed(self):
+        if self.languages is not None:
+            outside = [lang for lang in self.require_models if lang not in self.languages]
+            if outside:
+                raise ValueError(f"perplexity.require_models names {outside}, which perplexity.languages "
+                                 f"{self.languages} leaves without a model")
+        return self
 
     @pydantic.field_validator("order")
     @classmethod

@@ -20,10 +20,10 @@ from common.errors import naming_path
 from common.errors import ToolError
 from stages.base import read_kept
 from stages.perplexity.config import Config
-from stages.perplexity.text import LineTokenizer, normalized_lines
+from stages.perplexity.text import FoldScript, LineTokenizer, normalized_lines
 
 # Bump when normalize()/tokenize() change: part of every model's cache key.
-TEXT_VERSION = "ccnet-norm-1"
+TEXT_VERSION = "ccnet-norm-2"   # 2: Chinese folded to Simplified (fold_chinese_script)
 KENLM_VERSION = "0.3.0"
 TOKENIZER_FILE = "sentencepiece.model"   # next to model.binary in the model cache
 
@@ -137,14 +137,38 @@ def reference_chars(path: Path, reference_source: str, languages: list[str] | No
     return out
 
 
+#: The key of documents without a language in :func:`language_counts`
+#: (BCP 47 "undetermined").
+NO_LANGUAGE = "und"
+
+
+def language_counts(path: Path) -> dict[str, list[int]]:
+    """Documents and characters per ``langid_lang`` of one partition's kept
+    documents (a column read, no text when ``chars`` is stored): ``{lang:
+    [documents, characters]}``, null languages under :data:`NO_LANGUAGE`.
+    Top-level so ``Partitions.map`` can pickle it."""
+    from stages.base import view_columns
+
+    has_chars = "chars" in view_columns(path)
+    table = read_kept(path, ["chars" if has_chars else "text", "langid_lang"])
+    lengths = table["chars"].to_pylist() if has_chars else [len(t or "") for t in table["text"].to_pylist()]
+    out: dict[str, list[int]] = {}
+    for chars, lang in zip(lengths, table["langid_lang"].to_pylist()):
+        entry = out.setdefault(NO_LANGUAGE if lang is None else lang, [0, 0])
+        entry[0] += 1
+        entry[1] += chars or 0
+    return out
+
+
 def reference_documents(path: Path, reference_source: str, languages: list[str] | None,
                         draw: dict[str, float] | None = None,
-                        seed: int = 0) -> list[tuple[str, str, int, list[str]]]:
+                        seed: int = 0, fold: FoldScript = "none") -> list[tuple[str, str, int, list[str]]]:
     """Read one partition's kept reference documents as normalized lines.
 
     Args:
         draw: language -> probability of taking a document (seeded id hash;
             see ``Config.max_reference_chars``); None takes every one.
+        fold: Chinese script folding (:func:`stages.perplexity.text.fold_chinese`).
 
     Returns:
         ``(id, lang, characters, lines)`` (lines: :func:`normalized_lines`,
@@ -164,7 +188,7 @@ def reference_documents(path: Path, reference_source: str, languages: list[str] 
             continue
         if draw is not None and id_hash(doc_id, seed ^ _REFERENCE_SALT) >= draw.get(lang, 0.0) * 2.0 ** 64:
             continue
-        out.append((doc_id, lang, len(text), normalized_lines(text)))
+        out.append((doc_id, lang, len(text), normalized_lines(text, lang, fold)))
     return out
 
 

@@ -11,19 +11,45 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from common.errors import StageFailure
 from common.io import sha256_file, write_json_atomic
 from stages.base import Column, Figure, FitResult, Partitions, Stage, StageContext, with_decision
 from stages.perplexity.config import Config
-from stages.perplexity.model import (TOKENIZER_FILE, _load_model, _load_tokenizer, _publish, _words_tokenizer,
-                                     load_model, load_tokenizer, percentile, perplexity, reference_chars,
+from stages.perplexity.model import (NO_LANGUAGE, TOKENIZER_FILE, _load_model, _load_tokenizer, _publish,
+                                     _words_tokenizer, language_counts, load_model, load_tokenizer, percentile,
+                                     perplexity, reference_chars,
                                      reference_documents, reference_perplexities, score_sentences,
                                      train_language_model)
-from stages.perplexity.text import document_sentences
+from stages.perplexity.salad import REASON_WORD_SALAD, self_shuffle_ratio
+from stages.perplexity.text import normalized_lines
 
 REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
 BUCKETS = ("head", "middle", "tail")
 
 # ----------------------------------------------------------------- stage
+
+def coverage_warnings(coverage: dict[str, Any], skipped: dict[str, str]) -> tuple[str, ...]:
+    """The warnings of a fit: first one line with what passes unscored in
+    all (languages, documents and their share of the input, characters), then
+    one line per language of the input without a model, most documents first,
+    then the skipped languages absent from the input (e.g. ``max_perplexity``
+    given without a model)."""
+    unscored = coverage["unscored"]
+    out = []
+    if unscored:
+        docs = sum(u["docs"] for u in unscored.values())
+        chars = sum(u["chars"] for u in unscored.values())
+        share = docs / max(coverage["documents"], 1)
+        out.append(f"{len(unscored)} of {len(unscored) + len(coverage['scored'])} languages have no model: "
+                   f"{docs:,} documents ({share:.1%} of the input), {chars:,} chars pass unscored")
+    for lang, u in sorted(unscored.items(), key=lambda kv: (-kv[1]["docs"], kv[0])):
+        out.append(f"language {lang}: no model ({u['why']}); its {u['docs']:,} documents ({u['chars']:,} chars) "
+                   "are kept without a perplexity or bucket (give more reference text or perplexity.models)")
+    for lang, why in sorted(skipped.items()):
+        if lang not in unscored:
+            out.append(f"language {lang}: no model ({why}); no document of the input is in {lang}")
+    return tuple(out)
+
 
 class PerplexityStage(Stage):
     """CCNet-style perplexity filter (Wenzek et al. 2020).
@@ -33,9 +59,16 @@ class PerplexityStage(Stage):
     document's language has no model or the document has no tokens) and
     ``perplexity_bucket`` (string ``head``/``middle``/``tail``, split at
     ``bucket_percentiles`` of the held-out reference distribution; null when
-    unmeasured). Documents above their language's threshold get reason
-    ``perplexity.above_threshold`` (``action="drop"``). Documents of languages
-    without a model are kept unmeasured.
+    unmeasured) and ``perplexity_shuffle_ratio`` (float64: the self-shuffle
+    ratio, :func:`stages.perplexity.salad.self_shuffle_ratio`; null unless the
+    language is in ``word_salad_max_ratio`` and the document has at least
+    ``word_salad_min_tokens`` tokens). With ``action="drop"``, a document whose
+    ratio is at or below its language's cut-off gets reason
+    ``perplexity.word_salad``, else one above its language's threshold gets
+    ``perplexity.above_threshold``. Documents of languages without a model are
+    kept unmeasured, and ``fit`` reports each such language with its document
+    and character counts (facts ``coverage``, warnings), or stops the build
+    when ``require_models`` lists it.
     """
 
     row_independent = True
@@ -47,6 +80,8 @@ class PerplexityStage(Stage):
                                    "null when its language has no model", lineage=True, digits=1),
         "perplexity_bucket": Column("string", "head / middle / tail of the reference distribution; null when "
                                     "unmeasured", lineage=True),
+        "perplexity_shuffle_ratio": Column("double", "perplexity of the document with each line's words shuffled / "
+                                           "its perplexity (~1: word salad); null when not checked", digits=3),
     }
 
     def __init__(self, config: Config, ctx: StageContext):
@@ -78,8 +113,15 @@ class PerplexityStage(Stage):
             "languages": {lang: {"model_sha256", "tokenizer_sha256" (null for
             words), "reference_docs", "reference_chars", "reference_tokens",
             "distribution", "threshold", "threshold_from", "bucket_cutoffs"}},
-            "skipped": {lang: reason}}``.
+            "skipped": {lang: reason}, "coverage": {"unit": "model",
+            "documents", "chars", "scored": {lang: {"docs", "chars"}},
+            "unscored": {lang: {"docs", "chars", "why"}}}}`` (``coverage``
+            counts this stage's input per ``langid_lang``, ``und`` for none;
+            ``diff`` reads it to say which language lost its model), and one
+            warning per language of the input without a model, largest first.
         Raises:
+            StageFailure: a language of ``require_models`` gets no model (the
+                line names it, its reference chars and ``min_reference_chars``).
             RuntimeError: lmplz/build_binary failed, or a written model or
                 tokenizer file cannot be read back (the message names it).
         """
@@ -89,10 +131,12 @@ class PerplexityStage(Stage):
                                                      languages=cfg.languages), list(partitions.paths)):
             for lang, chars in part.items():
                 available[lang] = available.get(lang, 0) + chars
+        self._check_required(available, {})
         draw = {lang: min(1.0, cfg.max_reference_chars / chars) for lang, chars in available.items() if chars}
         mapped = partitions.map(
             functools.partial(reference_documents, reference_source=cfg.reference_source,
-                              languages=cfg.languages, draw=draw, seed=self.ctx.seed),
+                              languages=cfg.languages, draw=draw, seed=self.ctx.seed,
+                              fold=cfg.fold_chinese_script),
             list(partitions.paths))
         by_lang: dict[str, list] = {}
         for part in mapped:
@@ -167,12 +211,18 @@ class PerplexityStage(Stage):
             }
         for lang in sorted(set(cfg.max_perplexity) - set(models)):
             skipped.setdefault(lang, "max_perplexity given but no model")
+        self._check_required(available, models, skipped)
+        counts: dict[str, list[int]] = {}
+        for part in partitions.map(language_counts, list(partitions.paths)):
+            for lang, (docs, chars) in part.items():
+                entry = counts.setdefault(lang, [0, 0])
+                entry[0] += docs
+                entry[1] += chars
+        coverage = self._coverage(counts, models, skipped)
         write_json_atomic({"order": cfg.order, "action": cfg.action, "tokenizer": cfg.tokenizer, "languages": models},
                           work_dir / "models.json", indent=2, sort_keys=True, ensure_ascii=True, final_newline=False)
         self._models_json = None
-        warnings = tuple(f"language {lang}: no model ({why}); its documents are kept without a perplexity or "
-                         "bucket (give more reference text or perplexity.models)"
-                         for lang, why in sorted(skipped.items()))
+        warnings = coverage_warnings(coverage, skipped)
         figure = Figure(
             kind="column_histogram", column="perplexity_value", group_by="langid_lang", log10=True,
             title="perplexity of kept documents; dashed: head/middle/tail cut-offs, solid: drop threshold",
@@ -180,8 +230,58 @@ class PerplexityStage(Stage):
             marks={lang: list(f.get("bucket_cutoffs") or []) for lang, f in sorted(facts.items())},
             strong_marks={lang: [f["threshold"]] for lang, f in sorted(facts.items()) if f.get("threshold")})
         return FitResult(facts={"reference_source": cfg.reference_source, "order": cfg.order,
-                                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped},
+                                "tokenizer": cfg.tokenizer, "languages": facts, "skipped": skipped,
+                                "coverage": coverage},
                          warnings=warnings, figures=(figure,))
+
+    def _why_no_model(self, lang: str, available: dict[str, int]) -> str:
+        cfg: Config = self.config
+        if cfg.languages is not None and lang not in cfg.languages:
+            return f"not in perplexity.languages {cfg.languages}"
+        chars = available.get(lang, 0)
+        return (f"{chars:,} reference chars in source {cfg.reference_source!r} < min_reference_chars "
+                f"{cfg.min_reference_chars:,}")
+
+    def _check_required(self, available: dict[str, int], models: dict[str, Any],
+                        skipped: dict[str, str] | None = None) -> None:
+        """Raise :class:`StageFailure` for the first language of
+        ``require_models`` without a model. Before training (``skipped``
+        None) only what the reference characters decide is checked, so a
+        build that must fail fails before any lmplz run."""
+        cfg: Config = self.config
+        for lang in cfg.require_models:
+            if lang in cfg.models or lang in models:
+                continue
+            if skipped is None:
+                if cfg.languages is None or lang in cfg.languages:
+                    if available.get(lang, 0) >= cfg.min_reference_chars:
+                        continue
+                why = self._why_no_model(lang, available)
+            else:
+                why = skipped.get(lang) or self._why_no_model(lang, available)
+            raise StageFailure(f"perplexity: language {lang} has no model ({why}), and perplexity.require_models "
+                               f"lists it: give more reference text in {lang}, lower min_reference_chars, or give "
+                               f"perplexity.models.{lang}")
+
+    def _coverage(self, counts: dict[str, list[int]], models: dict[str, Any],
+                  skipped: dict[str, str]) -> dict[str, Any]:
+        cfg: Config = self.config
+        scored, unscored = {}, {}
+        for lang, (docs, chars) in sorted(counts.items()):
+            if lang in models:
+                scored[lang] = {"docs": docs, "chars": chars}
+            else:
+                why = skipped.get(lang)
+                if why is None:
+                    if lang == NO_LANGUAGE:
+                        why = "no language detected"
+                    elif cfg.languages is not None and lang not in cfg.languages:
+                        why = f"not in perplexity.languages {cfg.languages}"
+                    else:
+                        why = f"no reference text in source {cfg.reference_source!r}"
+                unscored[lang] = {"docs": docs, "chars": chars, "why": why}
+        return {"unit": "model", "documents": sum(c[0] for c in counts.values()),
+                "chars": sum(c[1] for c in counts.values()), "scored": scored, "unscored": unscored}
 
     def release(self) -> None:
         """Drop the KenLM models and tokenizers cached in this process (the
@@ -212,22 +312,29 @@ class PerplexityStage(Stage):
             raise ValueError("perplexity: input table has no langid_lang column "
                              "(run the langid stage first)")
         languages = self._models()["languages"]
-        drop = self.config.action == "drop"
+        cfg: Config = self.config
+        drop = cfg.action == "drop"
         values: list[float | None] = []
+        ratios: list[float | None] = []
         buckets: list[str | None] = []
         reasons: list[str | None] = []
         for text, lang in zip(pc.fill_null(table["text"], "").to_pylist(), table["langid_lang"].to_pylist()):
             entry = languages.get(lang) if lang is not None else None
-            value = None
+            value = ratio = None
             if entry is not None:
                 work_dir = Path(self.ctx.work_dir)
                 model = load_model(str(work_dir / entry["model"]))
                 sp_name = entry.get("tokenizer_model")
                 tokenizer = load_tokenizer(None if sp_name is None else str(work_dir / sp_name),
                                            lang)
-                value = perplexity(*score_sentences(model,
-                                                    document_sentences(text, lang, tokenizer)))
+                lines = normalized_lines(text, lang, cfg.fold_chinese_script)
+                log10_sum, tokens = score_sentences(model, [t for t in tokenizer(lines) if t])
+                value = perplexity(log10_sum, tokens)
+                max_ratio = cfg.word_salad_max_ratio.get(lang)
+                if max_ratio is not None and tokens >= cfg.word_salad_min_tokens:
+                    ratio = self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text)
             values.append(value)
+            ratios.append(ratio)
             if value is None:
                 buckets.append(None)
                 reasons.append(None)
@@ -238,9 +345,16 @@ class PerplexityStage(Stage):
                 low, high = entry["bucket_cutoffs"]
                 buckets.append(BUCKETS[(value > low) + (value > high)])
             threshold = entry["threshold"]
-            above = threshold is not None and value > threshold
-            reasons.append(REASON_ABOVE_THRESHOLD if drop and above else None)
+            if not drop:
+                reasons.append(None)
+            elif ratio is not None and ratio <= cfg.word_salad_max_ratio[lang]:
+                reasons.append(REASON_WORD_SALAD)
+            elif threshold is not None and value > threshold:
+                reasons.append(REASON_ABOVE_THRESHOLD)
+            else:
+                reasons.append(None)
         return with_decision(table, {
             "perplexity_value": pa.array(values, pa.float64()),
             "perplexity_bucket": pa.array(buckets, pa.string()),
+            "perplexity_shuffle_ratio": pa.array(ratios, pa.float64()),
         }, reasons)

@@ -3,8 +3,10 @@ SentencePiece tokens, one token line per text line (docs/stages/perplexity.md)."
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from typing import Literal
 
 from stages.text import nfkc, words
 
@@ -64,13 +66,38 @@ def tokenize(line: str, lang: str | None) -> list[str]:
     return tokens
 
 
-def normalized_lines(text: str) -> list[str]:
+#: Chinese labels whose text is folded to Simplified before the model sees it.
+CHINESE = frozenset({"zh", "yue", "wuu"})
+FoldScript = Literal["none", "t2s", "tw2sp"]
+
+
+@functools.lru_cache(maxsize=4)
+def _opencc(config: str):
+    import opencc
+
+    return opencc.OpenCC(config)
+
+
+def fold_chinese(text: str, lang: str | None, fold: FoldScript) -> str:
+    """``text`` in Simplified Chinese when ``lang`` is Chinese (:data:`CHINESE`)
+    and ``fold`` is an OpenCC conversion (``t2s``: character by character;
+    ``tw2sp``: Taiwan standard to mainland Simplified, with phrases such as
+    ``檔案`` -> ``文件``); otherwise ``text`` unchanged. Simplified text passes
+    through OpenCC unchanged, so folding needs no script label and training
+    and scoring see the same text. Never raises."""
+    if fold == "none" or lang not in CHINESE:
+        return text
+    return _opencc(fold).convert(text)
+
+
+def normalized_lines(text: str, lang: str | None = None, fold: FoldScript = "none") -> list[str]:
     """The :func:`normalize`-d lines of a document, without lines that are
     empty or whitespace-only after normalization (blank lines are layout, not
     text). Any line break splits (``str.splitlines``: LF, CRLF, CR, U+2028...),
-    as in the langid and heuristics stages."""
+    as in the langid and heuristics stages. Chinese text is first folded to
+    Simplified by ``fold`` (:func:`fold_chinese`)."""
     out = []
-    for line in text.splitlines():
+    for line in fold_chinese(text, lang, fold).splitlines():
         line = normalize(line)
         if line.strip():
             out.append(line)
@@ -114,10 +141,11 @@ class LineTokenizer:
 
 
 def document_sentences(text: str, lang: str | None,
-                       tokenizer: LineTokenizer | None = None) -> list[str]:
+                       tokenizer: LineTokenizer | None = None, fold: FoldScript = "none") -> list[str]:
     """A document as model input: one space-joined token line per text line
     that has at least one token (blank lines are layout and are skipped).
-    ``tokenizer`` None means ``LineTokenizer(lang)`` (words)."""
+    ``tokenizer`` None means ``LineTokenizer(lang)`` (words); ``fold`` as in
+    :func:`normalized_lines`."""
     tokenizer = tokenizer or LineTokenizer(lang)
-    return [s for s in tokenizer(normalized_lines(text)) if s]
+    return [s for s in tokenizer(normalized_lines(text, lang, fold)) if s]
 
