@@ -93,7 +93,7 @@ def test_shuffled_words_dropped_as_word_salad_and_originals_kept(trained):
     assert out["reason"].to_pylist() == [None, "perplexity.word_salad", None, "perplexity.word_salad"]
     ratio = out["perplexity_shuffle_ratio"].to_pylist()
     assert ratio[0] > 1.3 and ratio[2] > 1.5              # natural text: well above its own shuffle
-    assert ratio[1] < 1.15 and ratio[3] < 1.3             # salad: about the same as its shuffle
+    assert ratio[1] < 1.15 and ratio[3] < 1.25            # salad: about the same as its shuffle
     assert out["keep"].to_pylist() == [True, False, True, False]
 
 
