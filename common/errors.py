@@ -120,3 +120,10 @@ class ToolError(RuntimeError):
         tail = " | ".join(self.stderr_tail) or "(no stderr)"
         return (f"{self.who}: {os.path.basename(self.command[0])} failed ({status}): {shlex.join(self.command)}; "
                 f"stderr: {tail}")
+
+
+class StageFailure(RuntimeError):
+    """A stage stops the build on purpose: a condition its config makes fatal
+    (e.g. ``perplexity.require_models`` names a language that got no model).
+    ``str()`` is one line that names the stage, the condition and the config
+    key; ``pipeline.failures`` reports it as the build's one-line error."""

@@ -69,7 +69,10 @@ def summary_table(manifest: dict[str, Any]) -> Table:
     one row per drop reason with its count and share of the stage's input.
     Under ingest, one row per input file not read whole (its reason, the end
     of its name, the records read before the failure as kept) and the NUL
-    characters removed; the caption names those files in full with the cause."""
+    characters removed; the caption names those files in full with the cause.
+    Under a stage whose fit facts have ``coverage`` (docs/architecture.md),
+    one row per language it kept unmeasured (``no model: de``: documents as
+    kept, their characters)."""
     table = Table(title=f"corpus {markup(manifest['version'])}: per-stage summary")
     table.add_column("stage / drop reason", no_wrap=True)
     for col in ("docs in", "kept", "dropped", "chars kept", "seconds"):
@@ -90,6 +93,12 @@ def summary_table(manifest: dict[str, Any]) -> Table:
         for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
             table.add_row(f"  {markup(reason)}", "", "", f"{count:,}", f"{count / max(n_in, 1):.1%} of in", "",
                           style="dim")
+        coverage = ((manifest["stages"].get(name) or {}).get("fit") or {}).get("coverage") if name != "ingest" else None
+        unscored = (coverage or {}).get("unscored") or {}
+        for lang, u in sorted(unscored.items(), key=lambda kv: (-kv[1]["docs"], kv[0])):
+            # kept without the stage's measurement: the stage's coverage facts (docs/architecture.md)
+            table.add_row(f"  no {markup(coverage.get('unit') or 'model')}: {markup(lang)}", "", f"{u['docs']:,}",
+                          "", f"{u['chars']:,}", "", style="yellow")
         if name == "ingest":
             for f in failed:
                 # kept: the records read before the failure; what the file holds after it is not counted
@@ -105,6 +114,14 @@ def summary_table(manifest: dict[str, Any]) -> Table:
                              + "; ".join(f"{f['file']}: {f['reason']} after {f['records_read']:,} record(s) "
                                          f"({f['detail']})" for f in failed), style="bold red")
     return table
+
+
+def warning_lines(manifest: dict[str, Any]) -> list[str]:
+    """``warning [stage] line`` for every stage warning of the manifest
+    (``stages.<name>.warnings``), in stage order: printed under the build
+    summary, so a warning is not only a line of the build log."""
+    return [f"warning [{name}] {line}" for name in manifest.get("stage_order", list(manifest["stages"]))
+            for line in (manifest["stages"][name].get("warnings") or [])]
 
 
 def _tail(text: str, width: int) -> str:
@@ -152,6 +169,8 @@ def build(
         raise typer.Exit(2) from None
     console.print(summary_table(result.manifest))
     console.print(output_table(result.manifest))
+    for line in warning_lines(result.manifest):
+        console.print(Text(line, style="yellow"))
     run = result.manifest["run"]
     console.print(f"wall time {run['wall_seconds']:.1f} s, peak RSS driver "
                   f"{run['peak_rss']['driver_mb']:.0f} MB, largest worker {run['peak_rss']['largest_worker_mb']:.0f} MB")

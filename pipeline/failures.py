@@ -23,10 +23,12 @@ def failure_line(exc: BaseException) -> str | None:
     * ``common.errors.ToolError``: the command, its exit status and the
       last lines of its stderr.
     * ``pipeline.writer.ShardWriteError``: the shard file and MindSpore's reason.
+    * ``common.errors.StageFailure``: the stage's own line (a condition its
+      config makes fatal).
     * ``pipeline.executor.PartitionError`` whose first failed task failed in
       one of these ways: that line, then how many tasks failed.
     """
-    from common.errors import ToolError, os_error_line
+    from common.errors import StageFailure, ToolError, os_error_line
     from pipeline.executor import PartitionError
     from pipeline.writer import ShardWriteError
 
@@ -36,7 +38,7 @@ def failure_line(exc: BaseException) -> str | None:
         if inner is None:
             return None
         return f"{inner} ({len(exc.errors)} task(s) failed; the first was task {index})"
-    if isinstance(exc, (ToolError, ShardWriteError)):
+    if isinstance(exc, (ToolError, ShardWriteError, StageFailure)):
         return str(exc)
     if isinstance(exc, OSError):
         if exc.errno is None and exc.filename is None and str(exc):

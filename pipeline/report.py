@@ -73,6 +73,26 @@ def training_days(params: float, tokens: float, accelerators: int, peak_flops: f
     return {"flops": flops, "sustained_flops": sustained, "ideal_days": ideal, "planned_days": ideal * overhead}
 
 
+def coverage_sections(m: dict[str, Any]) -> list[str]:
+    """Per stage whose fit facts have ``coverage`` (docs/architecture.md): a
+    table of the languages it measured and of those it kept unmeasured, with
+    documents, characters and why; nothing for other stages."""
+    parts = []
+    for name in m["stage_order"]:
+        cov = (m["stages"][name].get("fit") or {}).get("coverage")
+        if not isinstance(cov, dict):
+            continue
+        unit = cov.get("unit") or "model"
+        total = max(cov.get("documents") or 0, 1)
+        rows = [[_e(lang), "yes", _num(c["docs"]), f"{c['docs'] / total:.1%}", _num(c["chars"]), ""]
+                for lang, c in sorted((cov.get("scored") or {}).items(), key=lambda kv: -kv[1]["docs"])]
+        rows += [[_e(lang), "<b>no</b>", _num(c["docs"]), f"{c['docs'] / total:.1%}", _num(c["chars"]), _e(c["why"])]
+                 for lang, c in sorted((cov.get("unscored") or {}).items(), key=lambda kv: -kv[1]["docs"])]
+        parts.append(f"<h3 id='coverage-{_e(name)}'>{_e(name)}: languages with and without a {_e(unit)}</h3>")
+        parts.append(_table(["language", f"has a {_e(unit)}", "documents", "share", "chars", "why not"], rows))
+    return parts
+
+
 def plan_table(tokens: float, peak_flops: float = PLAN_DEFAULTS["peak_flops"], mfu: float = PLAN_DEFAULTS["mfu"],
                overhead: float = PLAN_DEFAULTS["overhead"],
                model_sizes: Sequence[float] = PLAN_MODEL_SIZES) -> list[list[dict[str, Any]]]:
@@ -461,6 +481,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     if warned:
         parts.append(f"<h2 id='warnings'>Warnings ({len(warned)})</h2>")
         parts.append("<ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(line)}</li>" for name, line in warned) + "</ul>")
+    parts += coverage_sections(m)
 
     # drop reasons
     parts.append("<h2 id='drops'>Drop reasons</h2>")

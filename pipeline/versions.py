@@ -131,7 +131,9 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
         each stage, assemble) whose code digest differs; ``fit``:
         ``{"<stage>.<fact>": [a, b]}`` for every differing scalar fit fact
         (lists left out); ``warnings``: ``{stage: [lines a, lines b]}`` where
-        a stage's warnings differ.
+        a stage's warnings differ; ``headlines``: lines that lead the text
+        (:func:`coverage_headlines`: a language that lost or gained a stage's
+        model).
 
     Raises:
         FileNotFoundError: either directory is not a version.
@@ -163,7 +165,38 @@ def diff_versions(dir_a: str | Path, dir_b: str | Path) -> dict[str, Any]:
         "same_shards": [s.get("sha256") for s in ma.get("shards", [])] == [s.get("sha256") for s in mb.get("shards", [])],
         "config": config, "counts": counts, "documents": documents,
         "code": code, "fit": fit, "warnings": warnings,
+        "headlines": coverage_headlines(ma, mb),
     }
+
+
+def coverage_headlines(ma: dict[str, Any], mb: dict[str, Any]) -> list[str]:
+    """What changed in the stages' *coverage* from manifest A to B.
+
+    A stage that measures per language reports, in its fit facts,
+    ``coverage: {"unit": "model", "scored": {lang: {"docs", "chars"}},
+    "unscored": {lang: {"docs", "chars", "why"}}}`` (the contract in
+    docs/architecture.md; the perplexity stage does). Returns one line per
+    language scored in A and not in B (``"perplexity: language en lost its
+    model (v1 scored 1,234 docs; v2: 1,230 docs unscored: <why>)"``), then one
+    per language scored in B and not in A (``gained``); empty when nothing
+    changed or a manifest has no coverage.
+    """
+    va, vb = ma.get("version", "A"), mb.get("version", "B")
+    out: list[str] = []
+    for name in sorted(set(ma.get("stages") or {}) & set(mb.get("stages") or {})):
+        ca = ((ma["stages"][name] or {}).get("fit") or {}).get("coverage")
+        cb = ((mb["stages"][name] or {}).get("fit") or {}).get("coverage")
+        if not isinstance(ca, dict) or not isinstance(cb, dict):
+            continue
+        unit = cb.get("unit") or ca.get("unit") or "model"
+        sa, sb = ca.get("scored") or {}, cb.get("scored") or {}
+        for lang in sorted(set(sa) - set(sb)):
+            now = (cb.get("unscored") or {}).get(lang)
+            tail = (f"; {vb}: {now['docs']:,} docs unscored: {now['why']}" if now else f"; {vb} has no {lang} document")
+            out.append(f"{name}: language {lang} lost its {unit} ({va} scored {sa[lang]['docs']:,} docs{tail})")
+        for lang in sorted(set(sb) - set(sa)):
+            out.append(f"{name}: language {lang} gained a {unit} ({vb} scores {sb[lang]['docs']:,} docs)")
+    return out
 
 
 def _short(value: Any, width: int = 40) -> str:
@@ -176,6 +209,7 @@ def format_diff(diff: dict[str, Any]) -> str:
     per source documents in A and B, added and removed (with examples)."""
     out = [(f"diff {diff['a']} -> {diff['b']}: config {'same' if diff['same_config'] else 'differs'}, "
             f"shards {'identical' if diff['same_shards'] else 'differ'}")]
+    out += list(diff.get("headlines") or [])
     out.append(f"config ({len(diff['config'])} keys differ)")
     out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff["config"].items()]
     out.append(f"counts ({len(diff['counts'])} differ)")

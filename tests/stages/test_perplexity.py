@@ -1,4 +1,4 @@
-"""Tests for stages/perplexity.py: tiny KenLM models trained with tools/bin/lmplz."""
+"""Tests for stages/perplexity/: tiny KenLM models trained with tools/bin/lmplz."""
 
 from __future__ import annotations
 
@@ -174,8 +174,8 @@ def test_percentile_matches_numpy():
 
 def test_cache_hit_does_not_retrain(tmp_path, monkeypatch):
     calls = []
-    real_run = ppl._run
-    monkeypatch.setattr(ppl, "_run", lambda cmd: (calls.append(Path(cmd[0]).name), real_run(cmd)))
+    real_run = ppl.model._run
+    monkeypatch.setattr(ppl.model, "_run", lambda cmd: (calls.append(Path(cmd[0]).name), real_run(cmd)))
     cache = tmp_path / "cache"
     (tmp_path / "a").mkdir()
     _, first = _fit(tmp_path / "a", cache=cache)
@@ -261,7 +261,7 @@ def test_model_and_tokenizer_cached_together(tmp_path, monkeypatch):
     assert any((d / "sentencepiece.model").read_bytes() == full.read_bytes() for d in model_dirs)
 
     calls = []
-    monkeypatch.setattr(ppl, "_run", lambda cmd: calls.append(cmd))
+    monkeypatch.setattr(ppl.model, "_run", lambda cmd: calls.append(cmd))
     monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: calls.append(kw))
     (tmp_path / "b").mkdir()
     _, second = _fit(tmp_path / "b", cache=cache, tokenizer="sentencepiece")

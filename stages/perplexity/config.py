@@ -1,0 +1,219 @@
+"""The perplexity stage's config (``stages.perplexity`` in the build config)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import pydantic
+
+from stages.base import StageConfig
+from stages.lang_codes import canonical, canonical_keys
+
+class Config(StageConfig):
+    """Perplexity stage config (``stages.perplexity`` in the build config).
+
+    Attributes:
+        reference_source: the ``source`` whose kept documents train the models
+            (e.g. a Wikipedia-like, curated source; CCNet trained on Wikipedia).
+            Required while the stage is enabled (checked with the build
+            config: it must name a configured source).
+        order: n-gram order for ``lmplz -o``; default 5 as CCNet. Must be >= 2
+            (an order-1 model ignores context, so it measures word frequency,
+            not fluency).
+        max_reference_chars: at most this many characters of reference text
+            per language train its model: documents are drawn by a seeded hash
+            of their id with probability ``min(1, max / available)``, so the
+            draw does not depend on partitioning. Default 20,000,000 (the
+            tokenizer's ``train_max_chars``): the driver holds the drawn lines
+            while it trains (~3 bytes per character, measured), and lmplz's
+            time grows with them. CCNet trained on Wikipedia per language;
+            raise it for a large curated reference.
+        min_reference_chars: a language gets a model only with at least this
+            many characters (``len(text)``) of reference text; default 100,000,
+            our choice: the smallest reference of our dev corpus that we use,
+            fortunes en, has 96k characters and is too small for stable
+            5-gram estimates, debref en/zh (306k-556k) are enough
+            (docs/stages/perplexity.md).
+        max_percentile: drop documents whose perplexity is above this
+            percentile (0-100) of the held-out reference distribution of their
+            language. Default 95: by construction it drops about 5% of
+            documents that are as good as held-out reference text, and keeps
+            anything better than the worst 5% of the reference. None turns the
+            percentile rule off.
+        max_perplexity: explicit per-language cut-offs (language -> perplexity);
+            they take precedence over ``max_percentile``.
+        bucket_percentiles: the percentiles of the reference distribution that
+            split ``head``/``middle``/``tail``; (33, 66) as CCNet.
+        action: ``drop`` removes documents above threshold; ``annotate`` only
+            adds the columns.
+        models: pre-built KenLM models (ARPA or binary, trained on word
+            tokens as :func:`tokenize` makes them, e.g. from another corpus),
+            by language; these languages are not trained from the reference.
+            Each file is loaded when the config is read, so an unreadable
+            model stops the build before any work, naming the file. Their
+            thresholds and buckets come from ``max_perplexity`` and from
+            scoring the reference documents of that language, if any.
+        languages: restrict models to these ``langid_lang`` codes; None = every
+            language with enough reference text.
+        lmplz_memory: ``lmplz -S`` (sort memory: a size such as ``1G`` or a
+            share of RAM such as ``10%``); default ``1G``: lmplz's own default
+            is 80% of RAM (notes/dependencies.md) and it allocates all of it up
+            front (0.9 s of page faults at 10% of 24 GiB, measured), which on
+            a shared build machine would be one process of 2.4 GiB whatever
+            the reference size; with less than it needs, lmplz sorts on disk.
+            Tests pass a small size. It does not change the model (identical
+            ARPA output, measured), so it is not part of the model cache key.
+        tokenizer: what the n-gram model counts. ``words`` (default):
+            segmenter words plus one token per punctuation character
+            (:func:`tokenize`); ``sentencepiece``: pieces of a unigram
+            SentencePiece model trained per language on the normalized
+            reference text, as CCNet (its models are SentencePiece + KenLM).
+            Default chosen by our measurement on the shared corpus, reference
+            debref (docs/stages/perplexity.md): both put same-quality zh and
+            en sentences in the same range, but on references this small
+            (0.3-0.6 M characters) words separate fluent text from shuffled
+            words and keyword spam far more strongly (spam/fluent perplexity
+            ratio 90-290x with words, 3-15x with 2k pieces).
+        sentencepiece_vocab_size: target vocabulary (pieces) of the
+            SentencePiece model; trained with ``hard_vocab_limit=false``, so a
+            small reference gets fewer pieces instead of an error. Default
+            2,000, our measurement on debref (0.3-0.6 M characters): of
+            2k/4k/8k/16k it gives the lowest held-out bits per character for
+            zh and zh/en perplexities in the same range. CCNet used 65,536
+            on 400k documents per language: raise it for a large reference.
+            It must exceed the number of distinct characters kept by
+            ``sentencepiece_character_coverage`` (1,188 for debref zh), or
+            ``fit`` raises ValueError.
+        sentencepiece_character_coverage: share of characters covered by the
+            pieces; the rest becomes ``<unk>``. 0.9995: SentencePiece's
+            recommendation for languages with large character sets (zh, ja),
+            harmless for alphabetic ones.
+        sentencepiece_input_sentence_size: at most this many lines train the
+            SentencePiece model (a deterministic stride sample of the
+            reference lines when there are more), which bounds its memory and
+            time; 1,000,000 is SentencePiece's documented order of magnitude
+            for a full training (its README suggests 1e6-1e7 sentences).
+        fold_chinese_script: Chinese text (``langid_lang`` zh/yue/wuu) is
+            converted to Simplified with OpenCC before the model sees it, in
+            training and scoring alike: ``tw2sp`` (default: Taiwan standard to
+            mainland Simplified, with phrases), ``t2s`` (characters only) or
+            ``none``. Our measurement on the 300 zh_CN/zh_TW man-page twins of
+            ../shared/corpus plus the 6 maint-guide zh-cn/zh-tw DEV pages of
+            corpus-multi, model trained on debref zh: perplexity(Hant) /
+            perplexity(Hans) per pair, median (p5-p95), is 2.54 (1.76-3.38)
+            with ``none``, 1.23 (1.07-1.46) with ``t2s`` and 1.08
+            (1.00-1.31) with ``tw2sp`` (docs/stages/perplexity.md).
+        word_salad_max_ratio: language -> cut-off of the *self-shuffle
+            ratio* (``perplexity_shuffle_ratio``: perplexity of the document
+            with each line's words shuffled over its own perplexity; about 1
+            for word salad, higher for natural text). A document at or below
+            its language's cut-off is dropped with reason
+            ``perplexity.word_salad`` (``action: drop``). Languages not listed
+            are not checked (the column is null). Defaults ``en: 1.15, zh:
+            1.25``: our measurement on ../shared/corpus and corpus-multi DEV
+            (models trained on debref; 892 en and 946 zh clean documents of
+            every kind and their word salad, docs/stages/perplexity.md): among
+            documents of at least ``word_salad_min_tokens`` tokens, 96% of en
+            and 96% of zh salad are dropped, and 0.7% of clean en (6/892,
+            mostly aptitude screen dumps) and 0.1% of clean zh (1/946) are
+            lost. Classical Chinese (the Shijing in fortunes zh) is out of the
+            model's domain and can fall below the zh cut-off.
+        word_salad_min_tokens: the word-salad check applies only to documents
+            of at least this many model tokens (words and punctuation plus
+            one ``</s>`` per line): on short documents the ratio is noise
+            (measured: clean fortunes of < 150 tokens reach ratios of
+            0.9-1.1, as low as salad). Default 150, same measurement.
+        require_models: languages that must get a model: when one does not
+            (too little reference text, none at all, or outside
+            ``languages``), ``fit`` stops the build with one line naming the
+            language and its reference characters against
+            ``min_reference_chars``. Every other language without a model is a
+            warning (manifest ``stages.perplexity.warnings``, the build
+            summary, report.html, ``diff``) and its documents pass unscored.
+            Default none (a sample corpus may lack a language); list the
+            languages a corpus is for.
+
+    Every language key and list (``max_perplexity``, ``models``,
+    ``languages``, ``word_salad_max_ratio``, ``require_models``) goes through
+    :func:`stages.lang_codes.canonical` (``zh-Hant``/``cmn`` -> ``zh``, ``nb``
+    -> ``no``, ``eng`` -> ``en``).
+    """
+
+    requires = {"langid_lang": "one KenLM model and one threshold per language"}
+
+    reference_source: str | None = None
+    order: int = 5
+    min_reference_chars: int = pydantic.Field(100_000, ge=1)
+    max_reference_chars: int = pydantic.Field(20_000_000, ge=1)
+    max_percentile: float | None = pydantic.Field(95.0, gt=0, le=100)
+    max_perplexity: dict[str, float] = {}
+    bucket_percentiles: tuple[float, float] = (33.0, 66.0)
+    action: Literal["drop", "annotate"] = "drop"
+    languages: list[str] | None = None
+    lmplz_memory: str = pydantic.Field("1G", pattern=r"^[0-9]+(\.[0-9]+)?[%bKMGTkmgt]?$")
+    tokenizer: Literal["words", "sentencepiece"] = "words"
+    sentencepiece_vocab_size: int = pydantic.Field(2000, ge=100)
+    sentencepiece_character_coverage: float = pydantic.Field(0.9995, gt=0.9, le=1.0)
+    sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
+    models: dict[str, str] = {}
+    fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
+    word_salad_max_ratio: dict[str, float] = {"en": 1.15, "zh": 1.25}
+    word_salad_min_tokens: int = pydantic.Field(150, ge=2)
+    require_models: list[str] = []
+
+    @pydantic.field_validator("max_perplexity", "models", "word_salad_max_ratio", mode="before")
+    @classmethod
+    def _canonical_keys(cls, value, info):
+        if isinstance(value, dict):
+            return canonical_keys({str(k): v for k, v in value.items()}, f"perplexity.{info.field_name}")
+        return value
+
+    @pydantic.field_validator("languages", "require_models", mode="before")
+    @classmethod
+    def _canonical_list(cls, value):
+        if isinstance(value, list):
+            return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
+        return value
+
+    @pydantic.field_validator("word_salad_max_ratio")
+    @classmethod
+    def _ratio_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"perplexity.word_salad_max_ratio values must be finite and > 0: {bad}")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _required_languages_allowed(self):
+        if self.languages is not None:
+            outside = [lang for lang in self.require_models if lang not in self.languages]
+            if outside:
+                raise ValueError(f"perplexity.require_models names {outside}, which perplexity.languages "
+                                 f"{self.languages} leaves without a model")
+        return self
+
+    @pydantic.field_validator("order")
+    @classmethod
+    def _order_at_least_2(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(
+                f"perplexity.order must be >= 2 (got {value}): an order-{value} model "
+                "scores words without context; CCNet uses 5")
+        return value
+
+    @pydantic.field_validator("max_perplexity")
+    @classmethod
+    def _positive_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"perplexity.max_perplexity values must be finite and > 0: {bad}")
+        return value
+
+    @pydantic.field_validator("bucket_percentiles")
+    @classmethod
+    def _ordered_buckets(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < value[0] < value[1] < 100:
+            raise ValueError(f"perplexity.bucket_percentiles must satisfy 0 < a < b < 100: {value}")
+        return value
+
