@@ -148,7 +148,7 @@ class DedupStage(Stage):
         kinds = {kind: [str(f) for f in exchange.spill_files(exact_out / kind)]
                  for kind in ("skip", "members", "counts")}
 
-        candidates = n_edges = signed = empty = 0
+        candidates = n_edges = signed = empty = checks = 0
         near_files: list[str] = []
         n_components = members = 0
         sizes: dict[int, int] = {}
@@ -162,8 +162,10 @@ class DedupStage(Stage):
                  "node_groups": groups["nodes"], "candidate_groups": groups["bands"]}
                 for k in range(groups["bands"])])
             if sum(f["candidates"] for f in found):
-                candidates = sum(run(lsh.distinct_candidates, [{"spill": str(spill), "group": k}
-                                                               for k in range(groups["bands"])]))
+                distinct = run(lsh.distinct_candidates, [{"spill": str(spill), "group": k}
+                                                         for k in range(groups["bands"])])
+                candidates = sum(d["candidates"] for d in distinct)
+                checks = sum(d["exact_checks"] for d in distinct)
             if sum(f["edges"] for f in found):
                 labels, n_edges = components.connected_components(
                     exchange.spill_files(spill / "edges"), spill / "components", groups["nodes"], run)
@@ -220,6 +222,8 @@ class DedupStage(Stage):
             "rows_per_band": config.rows_per_band, "jaccard_threshold": config.jaccard_threshold,
             "ngram_words": config.ngram_words, "ngram_chars": config.ngram_chars,
             "keep": config.keep, "fold_chinese_script": config.fold_chinese_script, "verify": config.verify,
+            "verify_margin_sd": config.verify_margin_sd,
+            "verify_agreements": dict(zip(("low", "needed", "high"), lsh.agreement_cuts(config))),
             "line_dedup": config.line_dedup, "line_min_chars": config.line_min_chars,
             "s_curve": [[round(j, 3), round(p, 4)]
                         for j, p in lsh.s_curve(config.num_bands, config.rows_per_band)],
@@ -231,7 +235,7 @@ class DedupStage(Stage):
             "near_duplicates": members - n_components,
             "clusters": sum(sizes.values()),  # one keeper per cluster
             "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},  # documents per cluster -> clusters
-            "candidate_pairs": candidates, "verified_edges": n_edges,
+            "candidate_pairs": candidates, "verified_edges": n_edges, "exact_checks": checks,
             "signed_documents": signed, "empty_after_normalization": empty,
             **line_counts,
         }

@@ -478,6 +478,39 @@ def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, surv
     assert len(_kept(out)) == survivors
 
 
+@pytest.mark.parametrize("stem, words, jaccard, agreements, merged_by_signature, merged_by_default", [
+    ("bird", 21, 15 / 19, 90, True, False),   # just below 0.8; the estimate (90/112 = 0.804) says above
+    ("stone", 23, 17 / 21, 87, False, True),  # just above 0.8; the estimate (87/112 = 0.777) says below
+])
+def test_default_verification_decides_pairs_at_the_threshold_by_exact_jaccard(
+        tmp_path, stem, words, jaccard, agreements, merged_by_signature, merged_by_default):
+    names = [f"{stem}{i}" for i in range(words)]
+    a, b = " ".join(names), " ".join(names[:-2] + ["other", "words"])  # 2 of the words-4 5-grams differ
+    sets = document_shingle_sets([a, b], ["en", "en"], Config())
+    assert exact_jaccard(sets[0], sets[1]) == pytest.approx(jaccard)
+    _, sig = dedup.document_signatures([a, b], ["en", "en"], Config())
+    assert np.count_nonzero(sig[0] == sig[1]) == agreements
+    assert lsh.agreement_cuts(Config()) == (73, 90, 107)  # 0.8 -+ 4 sd (0.151) of 112 permutations
+    rows = [[{"id": "d:1", "text": a, "lang": "en"}, {"id": "d:2", "text": b, "lang": "en"}]]
+    facts, out = _run(tmp_path / "default", rows)
+    assert (facts["verify"], facts["candidate_pairs"], facts["exact_checks"]) == ("exact", 1, 1)
+    assert (len(_kept(out)) == 1) is merged_by_default
+    facts, out = _run(tmp_path / "signature", rows, verify="signature")
+    assert (facts["candidate_pairs"], facts["exact_checks"]) == (1, 0)
+    assert (len(_kept(out)) == 1) is merged_by_signature
+
+
+def test_exact_verification_reads_no_text_outside_the_margin(tmp_path, monkeypatch):
+    calls = []
+    real = lsh.document_shingle_sets
+    monkeypatch.setattr(lsh, "document_shingle_sets", lambda *a: calls.append(len(a[0])) or real(*a))
+    names = [f"w{i}" for i in range(60)]
+    rows = [[{"id": "d:1", "text": " ".join(names), "lang": "en"},
+             {"id": "d:2", "text": " ".join(names[:-1] + ["x"]), "lang": "en"}]]  # J = 55/57 = 0.965
+    facts, out = _run(tmp_path, rows)
+    assert (facts["candidate_pairs"], facts["exact_checks"], calls, _kept(out)) == (1, 0, [], {"d:1"})
+
+
 # ----------------------------------------------------------------------------- config: one set of defaults
 
 
