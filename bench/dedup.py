@@ -309,7 +309,11 @@ def score_pairs(docs: list[dict], pairs: list[dict], work: Path, langs: tuple[st
         p["merged"] = ca is not None and ca == cb
         own = 2 if p["merged"] else 0
         cross += sum(1 for c in (ca, cb) if c is not None) and max(0, members[ca or cb] - own)
-    result = {"threshold": threshold, "pairs": len(scored), "bands": [], "cross_merged_documents": cross,
+    # clusters of a planted copy that differs from its base only in case, spacing or punctuation (J = 1):
+    # how many keep the copy (it has more raw characters) rather than the base
+    copies = [p for p in scored if p["target"] >= 1.0 and p["merged"]]
+    result = {"copies_kept": sum(cluster[p["a"]] == p["b"] for p in copies), "copy_clusters": len(copies),
+              "threshold": threshold, "pairs": len(scored), "bands": [], "cross_merged_documents": cross,
               "config": config, "fit_cpu_s": seconds["fit"],
               **{k: facts.get(k) for k in ("candidate_pairs", "verified_edges", "exact_checks")}}
     for lang in langs:

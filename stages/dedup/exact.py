@@ -66,13 +66,14 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     id_hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids.to_pylist()),
                             np.uint64, n)
     write_spill(pa.table({"id": ids}), id_hashes, item["id_groups"], spill / "ids", partition)
-    k1, k2 = keeper_keys(table, config.keep)
+    normalized = ([exact_normalize(t or "") for t in table["text"].to_pylist()]
+                  if config.exact or config.keep != "smallest_id" else None)  # digests and normalized lengths
+    k1, k2 = keeper_keys(table, config.keep, normalized)
     g = document_handles(partition, np.arange(n))
     write_buckets(pa.table({"g": pa.array(g, pa.int64()), "k1": k1, "k2": k2, "id": ids}),
                   node_group(g, item["node_groups"]), spill / "nodes" / f"part-{partition:05d}.parquet")
     if config.exact:
-        digests = b"".join(hashlib.blake2b(exact_normalize(t or "").encode("utf-8"), digest_size=16).digest()
-                           for t in table["text"].to_pylist())
+        digests = b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in normalized)
         d = np.frombuffer(digests, "<u8").reshape(n, 2) if n else np.zeros((0, 2), np.uint64)
         records = pa.table({"d0": pa.array(d[:, 0], pa.uint64()), "d1": pa.array(d[:, 1], pa.uint64()),
                             "k1": k1, "k2": k2, "id": ids, "g": pa.array(g, pa.int64())})

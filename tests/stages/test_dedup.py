@@ -125,9 +125,10 @@ def test_cat_dog_cat_two_survive(tmp_path):
 def test_exact_normalization_full_width_case_whitespace(tmp_path):
     _, out = _run(tmp_path, [[{"id": "a", "text": "Ｈｅｌｌｏ　World\n", "lang": "en"},
                               {"id": "b", "text": "hello world", "lang": "en"}]], near=False)
-    # equal normalized text; "Ｈｅｌｌｏ　World\n" is longer, so it is kept by `longest`
-    assert _kept(out) == {"a"}
-    assert _row(out, "b")["reason"] == "dedup.exact_duplicate"
+    # equal normalized text (11 characters); "Ｈｅｌｌｏ　World\n" has more raw characters (12), so the
+    # unpadded "hello world" is kept by `longest`
+    assert _kept(out) == {"b"}
+    assert _row(out, "a")["reason"] == "dedup.exact_duplicate"
 
 
 def test_same_document_in_two_partitions_one_survives(tmp_path):
@@ -394,7 +395,26 @@ def test_keep_lowest_perplexity(tmp_path):
     _, out = _run(tmp_path / "ppl", [rows], keep="lowest_perplexity")
     assert _kept(out) == {"b"}
     _, out = _run(tmp_path / "long", [rows])
-    assert _kept(out) == {"a"}  # longest raw text
+    assert _kept(out) == {"b"}  # equal normalized length; b and c have the fewest raw characters, then id
+
+
+@pytest.mark.parametrize("padded", ["  The  quick brown fox\tjumps over the lazy dog,\n\n  near the river bank. \n",
+                                    "The quick brown fox -- jumps over the lazy dog, ... near the river bank!!"])
+def test_padded_copy_never_beats_its_clean_original(tmp_path, padded):
+    clean = "The quick brown fox jumps over the lazy dog, near the river bank."
+    rows = [{"id": "a:padded", "text": padded, "lang": "en"}, {"id": "b:clean", "text": clean, "lang": "en"},
+            {"id": "c:longer", "text": clean + " It rained.", "lang": "en"},
+            {"id": "d:other", "text": "An unrelated sentence about compilers and linkers.", "lang": "en"}]
+    assert dedup.near_normalize(dedup.exact_normalize(padded)) == dedup.near_normalize(dedup.exact_normalize(clean))
+    assert len(padded) > len(clean)  # the old rule (most raw characters) kept the padded copy
+    lengths = dedup.near_lengths([dedup.exact_normalize(t) for t in (padded, clean, clean + " It rained.")])
+    assert lengths.tolist() == [63, 63, 73]
+    _, out = _run(tmp_path / "pair", [rows[:1], [rows[1], rows[3]]])
+    assert _kept(out) == {"b:clean", "d:other"}
+    assert _row(out, "a:padded")["dedup_cluster"] == "b:clean"
+    # a copy with more content still wins: normalized length first
+    _, out = _run(tmp_path / "three", [rows[:2], rows[2:]])  # J(clean, longer) = 9/11
+    assert _kept(out) == {"c:longer", "d:other"}
 
 
 def _mixed_rows() -> list[list[dict]]:
@@ -463,6 +483,8 @@ def test_batch_normalization_equals_single_document():
              "ＡＢＣ ß ﬁ", "", "...", " x\t\ny "]
     assert dedup.near_normalize_batch(texts) == [dedup.near_normalize(dedup.exact_normalize(t)) for t in texts]
     assert dedup.line_normalize("Page 12 of 40.") == "page 00 of 00"
+    exact = [dedup.exact_normalize(t) for t in texts]
+    assert dedup.near_lengths(exact).tolist() == [len(dedup.near_normalize(t)) for t in exact]
 
 
 @pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
