@@ -533,6 +533,42 @@ def test_exact_verification_reads_no_text_outside_the_margin(tmp_path, monkeypat
     assert (facts["candidate_pairs"], facts["exact_checks"], calls, _kept(out)) == (1, 0, [], {"d:1"})
 
 
+def _fit(tmp_path: Path, partitions: list[list[dict]], **fields):
+    """Only fit (the stage's FitResult), over partitions written as in _run."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = [_write(tmp_path / f"part-{i:05d}.parquet", rows) for i, rows in enumerate(partitions)]
+    ctx = StageContext(work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", seed=0, tools_dir=tmp_path)
+    return DedupStage(Config(**fields), ctx).fit(Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items]))
+
+
+def test_source_that_is_a_copy_of_another_is_warned_with_its_counts(tmp_path):
+    texts = [f"original article number {i} about the {i * 3} rivers of the northern valley and their old bridges"
+             for i in range(6)]
+    archive = [{"id": f"a:{i}", "source": "archive", "text": t, "lang": "en"} for i, t in enumerate(texts)]
+    mirror = [{"id": f"m:{i}", "source": "mirror", "text": "  " + t.replace(" ", "  ") + "\n", "lang": "en"}
+              for i, t in enumerate(texts[:5])]  # padded exact copies: the archive's clean originals are kept
+    mirror.append({"id": "m:5", "source": "mirror", "text": texts[5].rsplit(" ", 1)[0], "lang": "en"})  # J 11/12
+    blog = [{"id": f"b:{i}", "source": "blog", "text": f"blog post {i}: notes on {i * 11} tide tables", "lang": "en"}
+            for i in range(3)] + [{"id": "b:3", "source": "blog", "text": texts[0], "lang": "en"}]
+    nameless = [{"id": "n:0", "source": None, "text": "a note with no source", "lang": "en"}]
+    partitions = [archive[:3] + mirror[3:], mirror[:3] + archive[3:] + blog, nameless]
+    facts, out = _run(tmp_path / "run", partitions)
+    assert facts["removed_by_source"] == {
+        "(no source)": {"documents": 1, "dedup.exact_duplicate": 0, "dedup.near_duplicate": 0},
+        "archive": {"documents": 6, "dedup.exact_duplicate": 0, "dedup.near_duplicate": 0},
+        "blog": {"documents": 4, "dedup.exact_duplicate": 1, "dedup.near_duplicate": 0},  # 25%: no warning
+        "mirror": {"documents": 6, "dedup.exact_duplicate": 5, "dedup.near_duplicate": 1}}
+    assert _kept(out) == {f"a:{i}" for i in range(6)} | {"b:0", "b:1", "b:2", "n:0"}
+    result = _fit(tmp_path / "fit", partitions)
+    assert result.warnings == (
+        "dedup removed 6 of 6 documents (100.0%) of source 'mirror' (> 50% warn_removed_share): 5 exact, "
+        "1 near duplicates of documents kept elsewhere; is the source a copy?",)
+    assert _fit(tmp_path / "quiet", partitions, warn_removed_share=None).warnings == ()
+    assert len(_fit(tmp_path / "low", partitions, warn_removed_share=0.2).warnings) == 2  # blog and mirror
+    with pytest.raises(pydantic.ValidationError):
+        Config(warn_removed_share=1.0)  # a share above 1 cannot happen: the warning would never fire
+
+
 # ----------------------------------------------------------------------------- config: one set of defaults
 
 
@@ -547,6 +583,10 @@ def _script_twins() -> list[dict]:
             {"id": "zh_TW:b", "text": to_traditional.convert(ZH_B), "lang": "zh"},
             {"id": "en:1", "text": "The quick brown fox jumps over the lazy dog near the river bank today.",
              "lang": "en"}]
+
+
+def test_line_skip_languages_are_canonical_codes():
+    assert Config(line_skip_languages=("code", "zh-Hant", "zh_CN", "nb")).line_skip_languages == ("code", "zh", "no")
 
 
 def test_config_is_frozen_and_pickles_as_itself():
