@@ -2,7 +2,7 @@
 source on the development corpus, and speed / peak memory at 100k and 1M
 documents.
 
-    .venv/bin/python -m bench.dedup [--out DIR] [--sizes 100000 1000000] [--quick]
+    .venv/bin/python -m bench.dedup [--out DIR] [--sizes 100000 1000000] [--quick] [--multi-part dev|heldout]
 
 ``run(out_dir)`` returns a Markdown section and writes ``dedup.json`` under
 ``out_dir``. Every timing is CPU time (``time.process_time``) of one process
@@ -34,6 +34,7 @@ from bench.corpus import records
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared" / "corpus"
+MULTI_DIR = REPO_ROOT.parent / "shared" / "corpus-multi"
 CORPUS_FILES = ("dev-fortunes", "dev-manpages", "dev-kjv", "dev-code", "dev-debref")
 PARTITION_DOCS = 8000
 # Jaccard bands of the quality benchmark, [lo, hi); the last one is J == 1.
@@ -44,7 +45,9 @@ TARGETS = [0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.83, 0.86, 0.9, 0.93
 # verification step decides.
 MULTI_TARGETS = [0.4, 0.6, 0.7, 0.73, 0.76, 0.78, 0.8, 0.82, 0.84, 0.87, 0.9, 0.95, 1.0]
 # The verification modes compared by quality_multi (config fields over the defaults).
-VERIFY_CONFIGS = {"signature": {"verify": "signature"}, "exact (all candidates)": {"verify": "exact"}}
+VERIFY_CONFIGS = {"signature": {"verify": "signature"},
+                  "exact, every candidate": {"verify": "exact", "verify_margin_sd": 1000.0},
+                  "default (exact within 4 sd)": {}}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -383,7 +386,7 @@ def quality_multi(part: str, work: Path, per_language: int = 60, seed: int = 7,
     {name: score_pairs(...)}}``."""
     from stages.dedup import Config
 
-    bases = multi_bases(part, work)
+    bases = multi_bases(part, work)  # part "heldout": the final measurement only, never for tuning
     docs, pairs = planted_pairs(bases, per_language, MULTI_TARGETS, seed, Config())
     runs = {name: score_pairs(docs, pairs, work / "run", **cfg)
             for name, cfg in (configs or VERIFY_CONFIGS).items()}
@@ -489,8 +492,10 @@ def _fmt(v, digits=3):
 
 
 def run(out_dir: Path, sizes: tuple[int, ...] = (100_000, 1_000_000), corpus: Path | None = None,
-        quick: bool = False) -> str:
-    """Run every part; write ``out_dir/dedup.json``; return a Markdown section."""
+        quick: bool = False, multi_part: str = "dev") -> str:
+    """Run every part; write ``out_dir/dedup.json``; return a Markdown section.
+    ``multi_part``: the corpus-multi part of the planted-pair comparison
+    (``dev`` while tuning; the held-out part is for the final measurement)."""
     import shutil
     import tempfile
 
@@ -538,6 +543,26 @@ def run(out_dir: Path, sizes: tuple[int, ...] = (100_000, 1_000_000), corpus: Pa
                                       "mchars_per_s": chars / sig / 1e6}
             md += [f"Signature step on the corpus: {d['facts']['signed_documents'] / sig:,.0f} signatures/s, "
                    f"{chars / sig / 1e6:.2f} M characters/s per core (peer reference 0.73 M).", ""]
+        if MULTI_DIR.exists():
+            qm = quality_multi(multi_part, tmp / "multi")
+            result["quality_multi"] = qm
+            runs = qm["runs"]
+            md += [f"### Planted pairs on corpus-multi {qm['part']} ({qm['pairs']:,} pairs, {qm['languages']} "
+                   "languages): verification modes", "",
+                   "Base documents: records usable for their language (bench.multi_split.gold), in no cluster "
+                   "with each other; merged share per band of true J (below 0.8 a merge is a false positive, "
+                   "above it a true one).", "",
+                   _md_table(["band"] + list(runs),
+                             [[b["band"]] + [_fmt(r["bands"][i]["merged_share"]) for r in runs.values()]
+                              for i, b in enumerate(next(iter(runs.values()))["bands"])]
+                             + [["F1 (all pairs)"] + [_fmt(r["overall"]["f1"]) for r in runs.values()],
+                                ["F1 (J in [0.7, 0.9))"] + [_fmt(r["near"]["f1"]) for r in runs.values()],
+                                ["exact checks"] + [str(r["exact_checks"]) for r in runs.values()],
+                                ["padded copies kept"] + [f"{r['copies_kept']}/{r['copy_clusters']}"
+                                                          for r in runs.values()],
+                                ["fit CPU s"] + [f"{r['fit_cpu_s']:.2f}" for r in runs.values()]]), ""]
+        else:
+            md += ["Planted pairs on corpus-multi skipped: no ../shared/corpus-multi.", ""]
         scale = []
         for n in sizes:
             out_json = tmp / f"scale-{n}.json"
@@ -574,6 +599,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     ap.add_argument("--quick", action="store_true", help="fewer quality pairs")
+    ap.add_argument("--multi-part", choices=("dev", "heldout"), default="dev",
+                    help="corpus-multi part of the planted-pair comparison (default dev)")
     ap.add_argument("--scale", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--scale-out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -581,7 +608,7 @@ def main() -> None:
     if args.scale:
         args.scale_out.write_text(json.dumps(scale_run(args.scale, args.work)))
         return
-    md = run(args.out, tuple(args.sizes), quick=args.quick)
+    md = run(args.out, tuple(args.sizes), quick=args.quick, multi_part=args.multi_part)
     (args.out / "dedup.md").write_text(md + "\n")
     print(md)
 

@@ -16,8 +16,8 @@ workers is :mod:`stages.dedup.exchange`, the pure normalization and hashing
    MinHash signatures of the exact survivors (stored per partition as
    ``.npy``) and the LSH band records ``(band, bucket key, document)``
    spilled by bucket key; :mod:`stages.dedup.lsh`: ``band_group_edges`` (per
-   band group) pairs bucket members and verifies each pair on the full
-   signatures.
+   band group) pairs bucket members and verifies each pair (exact Jaccard
+   where the signature estimate is within the margin of the threshold).
 3. :mod:`stages.dedup.components`: ``connected_components`` (large-star /
    small-star steps per node group); :mod:`stages.dedup.cluster`:
    ``component_members`` and ``component_keepers``: one keeper per cluster by
@@ -152,9 +152,11 @@ class DedupStage(Stage):
             Manifest facts: hash names, seed, num_perm, bands, rows, threshold,
             n-gram sizes, keep rule, script folding, line settings, the
             S-curve (``s_curve``: 21 ``[J, P(candidate)]`` points), spill
-            group counts, and counts (documents, exact_duplicates,
+            group counts, counts (documents, exact_duplicates,
             near_duplicates, clusters, candidate_pairs, verified_edges,
-            empty_after_normalization, lines_considered, lines_removed).
+            exact_checks, empty_after_normalization, lines_considered,
+            lines_removed) and ``removed_by_source``. Warnings: one per
+            source of which more than ``warn_removed_share`` was removed.
 
         Raises:
             ValueError: when a document id occurs twice, or ``keep:
