@@ -2,7 +2,7 @@
 source on the development corpus, and speed / peak memory at 100k and 1M
 documents.
 
-    .venv/bin/python -m bench.dedup [--out DIR] [--sizes 100000 1000000] [--quick]
+    .venv/bin/python -m bench.dedup [--out DIR] [--sizes 100000 1000000] [--quick] [--multi-part dev|heldout]
 
 ``run(out_dir)`` returns a Markdown section and writes ``dedup.json`` under
 ``out_dir``. Every timing is CPU time (``time.process_time``) of one process
@@ -34,11 +34,20 @@ from bench.corpus import records
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared" / "corpus"
+MULTI_DIR = REPO_ROOT.parent / "shared" / "corpus-multi"
 CORPUS_FILES = ("dev-fortunes", "dev-manpages", "dev-kjv", "dev-code", "dev-debref")
 PARTITION_DOCS = 8000
 # Jaccard bands of the quality benchmark, [lo, hi); the last one is J == 1.
-BANDS = [(0.3, 0.5), (0.5, 0.6), (0.6, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.0), (1.0, 1.0001)]
+BANDS = [(0.3, 0.5), (0.5, 0.6), (0.6, 0.7), (0.7, 0.75), (0.75, 0.8), (0.8, 0.85), (0.85, 0.9), (0.9, 1.0),
+         (1.0, 1.0001)]
 TARGETS = [0.3, 0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.83, 0.86, 0.9, 0.93, 0.96, 1.0]
+# corpus-multi planted pairs: denser around the 0.8 threshold, where the
+# verification step decides.
+MULTI_TARGETS = [0.4, 0.6, 0.7, 0.73, 0.76, 0.78, 0.8, 0.82, 0.84, 0.87, 0.9, 0.95, 1.0]
+# The verification modes compared by quality_multi (config fields over the defaults).
+VERIFY_CONFIGS = {"signature": {"verify": "signature"},
+                  "exact, every candidate": {"verify": "exact", "verify_margin_sd": 1000.0},
+                  "default (exact within 4 sd)": {}}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -178,103 +187,210 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def _true_jaccard(a: str, b: str, lang: str, config) -> float:
-    from stages.dedup import minhash, normalize
+    """Exact shingle Jaccard of two texts, through the stage's own shingling
+    (:func:`stages.dedup.signatures.document_shingle_sets`)."""
+    from stages.dedup.signatures import document_shingle_sets, exact_jaccard
 
-    def shingles(text: str) -> set[int]:
-        normalized = normalize.near_normalize(normalize.exact_normalize(text))
-        chars = normalize.uses_char_shingles(normalized, lang)
-        if chars and lang not in normalize.NO_FOLD_LANGS:
-            normalized = normalize.fold_script([normalized], config.fold_chinese_script)[0]
-        return set(minhash.shingle_hashes(normalized, chars, config.ngram_words, config.ngram_chars).tolist())
+    sa, sb = document_shingle_sets([a, b], [lang, lang], config)
+    return exact_jaccard(sa, sb) if len(sa) or len(sb) else 1.0
 
-    sa, sb = shingles(a), shingles(b)
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+_CJK_TOKEN = None
+
+
+def _is_char_token(ch: str) -> bool:
+    global _CJK_TOKEN
+    if _CJK_TOKEN is None:
+        import re
+
+        from stages.text import CJK_CHAR_CLASS
+        _CJK_TOKEN = re.compile(f"[{CJK_CHAR_CLASS}]")
+    return bool(_CJK_TOKEN.fullmatch(ch))
 
 
 def _edit(text: str, target: float, lang: str, n: int, pool: list[str], rng: random.Random) -> str:
     """A copy of ``text`` whose shingle Jaccard to it is about ``target``:
-    a random share f of the tokens (words; CJK characters for zh) is replaced
-    by tokens of other documents, with f from J = s / (2 - s), s = (1 - f)^n.
-    ``target == 1`` changes only case, spacing and punctuation."""
+    a random share f of the tokens (words; CJK characters for character-shingled
+    languages: zh, ja, ko) is replaced by tokens of other documents, with f from
+    J = s / (2 - s), s = (1 - f)^n. ``target == 1`` changes only case, spacing
+    and punctuation."""
+    from stages.text import CJK_LANGS
+
     if target >= 1.0:
         if rng.random() < 0.5:
             return "  " + text.upper().replace(" ", "  ") + "\n"  # equal after exact normalization
         return text.replace("\n", " ;\n", 3) + " !"  # equal after near normalization only
     s = 2 * target / (1 + target)
     f = 1 - s ** (1 / n)
-    if lang == "zh":
+    if lang in CJK_LANGS:
         tokens = list(text)
-        positions = [i for i, ch in enumerate(tokens) if "\u4e00" <= ch <= "\u9fff"]
+        positions = [i for i, ch in enumerate(tokens) if _is_char_token(ch)]
     else:
         tokens = text.split(" ")
         positions = list(range(len(tokens)))
     for i in rng.sample(positions, min(len(positions), max(1, round(f * len(positions))))):
         tokens[i] = rng.choice(pool)
-    return ("" if lang == "zh" else " ").join(tokens)
+    return ("" if lang in CJK_LANGS else " ").join(tokens)
 
 
-def quality(corpus: Path, work: Path, per_language: int = 600, seed: int = 7) -> dict:
-    """Pairs at known Jaccard levels from corpus text; precision, recall, F1 per band."""
-    from stages.dedup import Config
+def _pool(lang: str, cands: list[dict], rng: random.Random) -> list[str]:
+    from stages.text import CJK_LANGS
 
-    config = Config()
+    sample = rng.sample(cands, min(50, len(cands)))
+    if lang in CJK_LANGS:
+        return [c for r in sample for c in r["text"] if _is_char_token(c)]
+    return [w for r in sample for w in r["text"].split(" ") if w.isalpha()]
+
+
+def planted_pairs(bases: dict[str, list[dict]], per_language: int, targets: list[float], seed: int,
+                  config) -> tuple[list[dict], list[dict]]:
+    """Documents and pairs for the quality benchmark: per language up to
+    ``per_language`` base documents (``id``, ``text``), each with one copy
+    edited towards the next target Jaccard (cycling ``targets``).
+
+    Returns:
+        ``(documents, pairs)``: documents as :func:`write_partitions` rows
+        (``source`` = the language); pairs ``{"lang", "a", "b", "target",
+        "jaccard"}`` with the true shingle Jaccard of the pair.
+    """
+    from stages.text import CJK_LANGS
+
     rng = random.Random(seed)
-    rows = read_corpus(corpus)
-    bases = {
-        "en": [r for r in rows if r["lang"] == "en" and len(r["text"].split()) >= 40],
-        "zh": [r for r in rows if r["lang"] == "zh" and r.get("script") != "Hant"
-               and sum("\u4e00" <= c <= "\u9fff" for c in r["text"]) >= 80],
-    }
     docs, pairs = [], []
-    for lang, cands in bases.items():
+    for lang, cands in sorted(bases.items()):
+        if len(cands) < 2:
+            continue
         chosen = rng.sample(cands, min(per_language, len(cands)))
-        if lang == "zh":
-            pool = [c for r in rng.sample(cands, 50) for c in r["text"] if "\u4e00" <= c <= "\u9fff"]
-        else:
-            pool = [w for r in rng.sample(cands, 50) for w in r["text"].split(" ") if w.isalpha()]
-        n = config.ngram_chars if lang == "zh" else config.ngram_words
+        pool = _pool(lang, cands, rng)
+        if not pool:
+            continue
+        n = config.ngram_chars if lang in CJK_LANGS else config.ngram_words
         for i, r in enumerate(chosen):
-            target = TARGETS[i % len(TARGETS)]
+            target = targets[i % len(targets)]
             copy = _edit(r["text"], target, lang, n, pool, rng)
             a, b = f"q:{lang}:{i:04d}:a", f"q:{lang}:{i:04d}:b"
             docs += [{"id": a, "source": lang, "text": r["text"], "lang": lang},
                      {"id": b, "source": lang, "text": copy, "lang": lang}]
             pairs.append({"lang": lang, "a": a, "b": b, "target": target,
                           "jaccard": _true_jaccard(r["text"], copy, lang, config)})
+    return docs, pairs
+
+
+def _prf(sel: list[dict], threshold: float) -> dict:
+    tp = sum(p["merged"] and p["jaccard"] >= threshold for p in sel)
+    fp = sum(p["merged"] and p["jaccard"] < threshold for p in sel)
+    fn = sum((not p["merged"]) and p["jaccard"] >= threshold for p in sel)
+    prec = tp / (tp + fp) if tp + fp else None
+    rec = tp / (tp + fn) if tp + fn else None
+    f1 = 2 * prec * rec / (prec + rec) if prec and rec else (0.0 if prec == 0 or rec == 0 else None)
+    return {"pairs": len(sel), "merged": tp + fp, "merged_share": (tp + fp) / len(sel) if sel else None,
+            "precision": prec, "recall": rec, "f1": f1}
+
+
+def score_pairs(docs: list[dict], pairs: list[dict], work: Path, langs: tuple[str, ...] = ("all",),
+                **config) -> dict:
+    """Run dedup (``config`` over the defaults) on the planted pairs; a pair is
+    merged when both documents end in one cluster. Returns per band (and per
+    language of ``langs``; ``all`` = every pair) pairs, merged, merged share,
+    precision, recall, F1; ``overall`` P/R/F1, ``near`` P/R/F1 on pairs with
+    true J in [0.7, 0.9), ``fit_cpu_s`` (fit's CPU seconds) and the dedup
+    facts ``candidate_pairs``, ``verified_edges``, ``exact_checks``."""
+    import shutil
+
+    from stages.dedup import Config
+
+    threshold = Config(**config).jaccard_threshold
+    shutil.rmtree(work, ignore_errors=True)
     paths = write_partitions(docs, work / "parts", per_partition=500)
-    _, out, _ = run_dedup(paths, work / "fit")
+    facts, out, seconds = run_dedup(paths, work / "fit", **config)
     cluster = dict(zip(out["id"].to_pylist(), out["dedup_cluster"].to_pylist()))
     members = Counter(c for c in cluster.values() if c is not None)
-    threshold = config.jaccard_threshold
-    result = {"threshold": threshold, "pairs": len(pairs), "bands": [], "cross_merged_documents": 0}
+    scored = [dict(p) for p in pairs]
     cross = 0
-    for p in pairs:
+    for p in scored:
         ca, cb = cluster[p["a"]], cluster[p["b"]]
         p["merged"] = ca is not None and ca == cb
         own = 2 if p["merged"] else 0
         cross += sum(1 for c in (ca, cb) if c is not None) and max(0, members[ca or cb] - own)
-    result["cross_merged_documents"] = cross
-    for lang in ("en", "zh", "all"):
+    # clusters of a planted copy that differs from its base only in case, spacing or punctuation (J = 1):
+    # how many keep the copy (it has more raw characters) rather than the base
+    copies = [p for p in scored if p["target"] >= 1.0 and p["merged"]]
+    result = {"copies_kept": sum(cluster[p["a"]] == p["b"] for p in copies), "copy_clusters": len(copies),
+              "threshold": threshold, "pairs": len(scored), "bands": [], "cross_merged_documents": cross,
+              "config": config, "fit_cpu_s": seconds["fit"],
+              **{k: facts.get(k) for k in ("candidate_pairs", "verified_edges", "exact_checks")}}
+    for lang in langs:
         for lo, hi in BANDS:
-            sel = [p for p in pairs if (lang == "all" or p["lang"] == lang) and lo <= p["jaccard"] < hi]
-            tp = sum(p["merged"] and p["jaccard"] >= threshold for p in sel)
-            fp = sum(p["merged"] and p["jaccard"] < threshold for p in sel)
-            fn = sum((not p["merged"]) and p["jaccard"] >= threshold for p in sel)
-            prec = tp / (tp + fp) if tp + fp else None
-            rec = tp / (tp + fn) if tp + fn else None
-            f1 = 2 * prec * rec / (prec + rec) if prec and rec else (0.0 if prec == 0 or rec == 0 else None)
-            result["bands"].append({"lang": lang, "band": f"[{lo:.1f}, {min(hi, 1.0):.1f}{']' if hi > 1 else ')'}",
-                                    "pairs": len(sel), "merged": tp + fp, "precision": prec,
-                                    "recall": rec, "f1": f1})
-    below = [p for p in pairs if p["jaccard"] < 0.7]
+            sel = [p for p in scored if (lang == "all" or p["lang"] == lang) and lo <= p["jaccard"] < hi]
+            band = f"[{lo:.2f}, {min(hi, 1.0):.2f}{']' if hi > 1 else ')'}"
+            result["bands"].append({"lang": lang, "band": band, **_prf(sel, threshold)})
+    below = [p for p in scored if p["jaccard"] < 0.7]
     result["merged_share_below_0.7"] = sum(p["merged"] for p in below) / max(len(below), 1)
-    sel = [p for p in pairs]
-    tp = sum(p["merged"] and p["jaccard"] >= threshold for p in sel)
-    fp = sum(p["merged"] and p["jaccard"] < threshold for p in sel)
-    fn = sum((not p["merged"]) and p["jaccard"] >= threshold for p in sel)
-    prec, rec = tp / max(tp + fp, 1), tp / max(tp + fn, 1)
-    result["overall"] = {"precision": prec, "recall": rec, "f1": 2 * prec * rec / max(prec + rec, 1e-12)}
+    result["overall"] = _prf(scored, threshold)
+    result["near"] = _prf([p for p in scored if 0.7 <= p["jaccard"] < 0.9], threshold)
     return result
+
+
+def quality(corpus: Path, work: Path, per_language: int = 600, seed: int = 7, **config) -> dict:
+    """Pairs at known Jaccard levels from ``../shared/corpus`` text (en: KJV,
+    fortunes, debref; zh: Simplified man pages, fortunes); precision, recall,
+    F1 per band (:func:`score_pairs`)."""
+    from stages.dedup import Config
+
+    rows = read_corpus(corpus)
+    bases = {
+        "en": [r for r in rows if r["lang"] == "en" and len(r["text"].split()) >= 40],
+        "zh": [r for r in rows if r["lang"] == "zh" and r.get("script") != "Hant"
+               and sum("\u4e00" <= c <= "\u9fff" for c in r["text"]) >= 80],
+    }
+    docs, pairs = planted_pairs(bases, per_language, TARGETS, seed, Config(**config))
+    return score_pairs(docs, pairs, work, langs=("en", "zh", "all"), **config)
+
+
+def multi_bases(part: str, work: Path, min_words: int = 40, min_chars: int = 80) -> dict[str, list[dict]]:
+    """Base documents for planted pairs from ``../shared/corpus-multi``
+    (:func:`bench.multi_split.records` of ``part``, ``dev`` or ``heldout``):
+    records whose language is usable (:func:`bench.multi_split.gold`: not
+    mostly untranslated English), of at least ``min_words`` words (character-
+    shingled languages: ``min_chars`` CJK characters), and in no dedup
+    cluster with another such record under the default config (so that a
+    planted pair meets no third document), by language."""
+    from bench.multi_split import gold, records
+    from stages.text import CJK_LANGS
+
+    rows = []
+    for rec in records(part):
+        lang = gold(rec)
+        text = rec["text"]
+        if lang is None:
+            continue
+        size = sum(_is_char_token(c) for c in text) if lang in CJK_LANGS else len(text.split())
+        if size >= (min_chars if lang in CJK_LANGS else min_words):
+            rows.append({"id": rec["id"], "source": rec["source"], "text": text, "lang": lang})
+    paths = write_partitions(rows, work / "bases")
+    _, out, _ = run_dedup(paths, work / "bases-fit")
+    clustered = {i for i, c in zip(out["id"].to_pylist(), out["dedup_cluster"].to_pylist()) if c is not None}
+    bases: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["id"] not in clustered:
+            bases.setdefault(r["lang"], []).append(r)
+    return bases
+
+
+def quality_multi(part: str, work: Path, per_language: int = 60, seed: int = 7,
+                  configs: dict[str, dict] | None = None) -> dict:
+    """The planted-pair benchmark on ``../shared/corpus-multi`` ``part``
+    (:func:`multi_bases`; up to ``per_language`` pairs per language, targets
+    :data:`MULTI_TARGETS`), once per named config of ``configs`` (default:
+    :data:`VERIFY_CONFIGS`). Returns ``{"part", "languages", "pairs", "runs":
+    {name: score_pairs(...)}}``."""
+    from stages.dedup import Config
+
+    bases = multi_bases(part, work)  # part "heldout": the final measurement only, never for tuning
+    docs, pairs = planted_pairs(bases, per_language, MULTI_TARGETS, seed, Config())
+    runs = {name: score_pairs(docs, pairs, work / "run", **cfg)
+            for name, cfg in (configs or VERIFY_CONFIGS).items()}
+    return {"part": part, "languages": len({p["lang"] for p in pairs}), "pairs": len(pairs), "runs": runs}
 
 
 # ----------------------------------------------------------------------------- per source
@@ -376,8 +492,10 @@ def _fmt(v, digits=3):
 
 
 def run(out_dir: Path, sizes: tuple[int, ...] = (100_000, 1_000_000), corpus: Path | None = None,
-        quick: bool = False) -> str:
-    """Run every part; write ``out_dir/dedup.json``; return a Markdown section."""
+        quick: bool = False, multi_part: str = "dev") -> str:
+    """Run every part; write ``out_dir/dedup.json``; return a Markdown section.
+    ``multi_part``: the corpus-multi part of the planted-pair comparison
+    (``dev`` while tuning; the held-out part is for the final measurement)."""
     import shutil
     import tempfile
 
@@ -425,6 +543,26 @@ def run(out_dir: Path, sizes: tuple[int, ...] = (100_000, 1_000_000), corpus: Pa
                                       "mchars_per_s": chars / sig / 1e6}
             md += [f"Signature step on the corpus: {d['facts']['signed_documents'] / sig:,.0f} signatures/s, "
                    f"{chars / sig / 1e6:.2f} M characters/s per core (peer reference 0.73 M).", ""]
+        if MULTI_DIR.exists():
+            qm = quality_multi(multi_part, tmp / "multi")
+            result["quality_multi"] = qm
+            runs = qm["runs"]
+            md += [f"### Planted pairs on corpus-multi {qm['part']} ({qm['pairs']:,} pairs, {qm['languages']} "
+                   "languages): verification modes", "",
+                   "Base documents: records usable for their language (bench.multi_split.gold), in no cluster "
+                   "with each other; merged share per band of true J (below 0.8 a merge is a false positive, "
+                   "above it a true one).", "",
+                   _md_table(["band"] + list(runs),
+                             [[b["band"]] + [_fmt(r["bands"][i]["merged_share"]) for r in runs.values()]
+                              for i, b in enumerate(next(iter(runs.values()))["bands"])]
+                             + [["F1 (all pairs)"] + [_fmt(r["overall"]["f1"]) for r in runs.values()],
+                                ["F1 (J in [0.7, 0.9))"] + [_fmt(r["near"]["f1"]) for r in runs.values()],
+                                ["exact checks"] + [str(r["exact_checks"]) for r in runs.values()],
+                                ["padded copies kept"] + [f"{r['copies_kept']}/{r['copy_clusters']}"
+                                                          for r in runs.values()],
+                                ["fit CPU s"] + [f"{r['fit_cpu_s']:.2f}" for r in runs.values()]]), ""]
+        else:
+            md += ["Planted pairs on corpus-multi skipped: no ../shared/corpus-multi.", ""]
         scale = []
         for n in sizes:
             out_json = tmp / f"scale-{n}.json"
@@ -461,6 +599,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     ap.add_argument("--quick", action="store_true", help="fewer quality pairs")
+    ap.add_argument("--multi-part", choices=("dev", "heldout"), default="dev",
+                    help="corpus-multi part of the planted-pair comparison (default dev)")
     ap.add_argument("--scale", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--scale-out", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -468,7 +608,7 @@ def main() -> None:
     if args.scale:
         args.scale_out.write_text(json.dumps(scale_run(args.scale, args.work)))
         return
-    md = run(args.out, tuple(args.sizes), quick=args.quick)
+    md = run(args.out, tuple(args.sizes), quick=args.quick, multi_part=args.multi_part)
     (args.out / "dedup.md").write_text(md + "\n")
     print(md)
 

@@ -55,6 +55,7 @@ from stages.dedup.minhash import (  # noqa: F401
 from stages.dedup.normalize import (  # noqa: F401
     exact_normalize,
     fold_script,
+    near_lengths,
     near_normalize,
     near_normalize_batch,
     uses_char_shingles,

@@ -9,7 +9,8 @@ connected components of :mod:`stages.dedup.components`):
 3. :func:`final_records` (per node group): exact duplicates follow their
    keeper into its component; one row per cluster member, bucketed by the
    partition that holds it.
-4. :func:`partition_removed` (per partition): ``removed/<partition>``.
+4. :func:`partition_removed` (per partition): ``removed/<partition>``, and
+   the removed documents per source (for the ``warn_removed_share`` check).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pyarrow.compute as pc
 
 from common.io import write_table_atomic
 from common.spill import read_bucket, write_buckets
+from stages.base import read_kept, view_columns
 from stages.dedup.components import LABELS, segments
-from stages.dedup.exact import COUNTS, EXACT_MEMBERS, REASON_EXACT
+from stages.dedup.exact import COUNTS, EXACT_MEMBERS, NO_SOURCE, REASON_EXACT
 from stages.dedup.exchange import node_group, partition_of
 from stages.dedup.signatures import load_signatures
 
@@ -174,13 +176,32 @@ def _arr(x) -> pa.Array:
     return x.combine_chunks() if isinstance(x, pa.ChunkedArray) else x
 
 
-def partition_removed(task: dict[str, Any]) -> int:
+def partition_removed(task: dict[str, Any]) -> dict[str, Any]:
     """Worker: ``removed/<name>`` for one partition (``id, keeper,
-    similarity, reason``, sorted by id), when it holds cluster members.
-    Returns the rows written."""
+    similarity, reason``, sorted by id), when it holds cluster members, and
+    its removed documents per source and reason.
+
+    Args:
+        task: ``files`` (the final spill), ``partition`` (index), ``path``
+            (the partition, for its ``source`` column), ``out``.
+
+    Returns:
+        ``{"rows": rows written, "removed": {source: {reason: documents}}}``.
+    """
     table = read_bucket([Path(f) for f in task["files"]], task["partition"], schema=FINAL)
     if table.num_rows == 0:
-        return 0
+        return {"rows": 0, "removed": {}}
     table = table.drop_columns(["g"]).sort_by("id")
     write_table_atomic(table, Path(task["out"]))
-    return table.num_rows
+    removed = table.filter(pc.is_valid(table["reason"]))
+    counts: dict[str, dict[str, int]] = {}
+    if removed.num_rows:
+        path = task["path"]
+        docs = read_kept(path, ["id", "source"] if "source" in view_columns(path) else ["id"])
+        sources = (pc.fill_null(docs["source"].cast(pa.string()), NO_SOURCE).take(
+            pc.index_in(removed["id"], value_set=docs["id"])).to_pylist() if "source" in docs.column_names
+            else [NO_SOURCE] * removed.num_rows)
+        for source, reason in zip(sources, removed["reason"].to_pylist()):
+            counts.setdefault(source, {}).setdefault(reason, 0)
+            counts[source][reason] += 1
+    return {"rows": table.num_rows, "removed": counts}

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.spill import read_bucket, write_buckets
-from stages.base import read_kept
+from stages.base import read_kept, view_columns
 from stages.dedup.exchange import document_handles, node_group, partition_of, read_spill, write_spill
 from stages.dedup.keepers import keeper_columns, keeper_keys
 from stages.dedup.normalize import exact_normalize
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from stages.dedup.config import Config
 
 REASON_EXACT = "dedup.exact_duplicate"
+NO_SOURCE = "(no source)"  # the per-source count of documents whose source is null
 EXACT_HASH_NAME = "blake2b-128(nfkc+casefold+collapse_whitespace)"
 COUNTS = pa.schema([("g", pa.int64()), ("n", pa.int64())])
 EXACT_MEMBERS = pa.schema([("g", pa.int64()), ("id", pa.string()), ("keeper_g", pa.int64()),
@@ -54,11 +55,12 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
 
     Returns:
         ``{"documents": kept rows, "chars": their characters, "lines": their
-        lines (``"\\n"`` count + 1)}``.
+        lines (``"\\n"`` count + 1), "sources": kept rows per source}``.
     """
     path, partition, spill = item["path"], item["partition"], Path(item["spill"])
     config: Config = item["config"]
-    table = read_kept(path, keeper_columns(path, config.keep))
+    columns = keeper_columns(path, config.keep)
+    table = read_kept(path, columns + (["source"] if "source" in view_columns(path) else []))
     n = table.num_rows
     ids = table["id"]
     import xxhash
@@ -66,13 +68,14 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     id_hashes = np.fromiter((xxhash.xxh3_64_intdigest(i.encode("utf-8")) for i in ids.to_pylist()),
                             np.uint64, n)
     write_spill(pa.table({"id": ids}), id_hashes, item["id_groups"], spill / "ids", partition)
-    k1, k2 = keeper_keys(table, config.keep)
+    normalized = ([exact_normalize(t or "") for t in table["text"].to_pylist()]
+                  if config.exact or config.keep != "smallest_id" else None)  # digests and normalized lengths
+    k1, k2 = keeper_keys(table, config.keep, normalized)
     g = document_handles(partition, np.arange(n))
     write_buckets(pa.table({"g": pa.array(g, pa.int64()), "k1": k1, "k2": k2, "id": ids}),
                   node_group(g, item["node_groups"]), spill / "nodes" / f"part-{partition:05d}.parquet")
     if config.exact:
-        digests = b"".join(hashlib.blake2b(exact_normalize(t or "").encode("utf-8"), digest_size=16).digest()
-                           for t in table["text"].to_pylist())
+        digests = b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in normalized)
         d = np.frombuffer(digests, "<u8").reshape(n, 2) if n else np.zeros((0, 2), np.uint64)
         records = pa.table({"d0": pa.array(d[:, 0], pa.uint64()), "d1": pa.array(d[:, 1], pa.uint64()),
                             "k1": k1, "k2": k2, "id": ids, "g": pa.array(g, pa.int64())})
@@ -80,7 +83,18 @@ def document_keys(item: dict[str, Any]) -> dict[str, int]:
     text = table["text"]
     lines = int(pc.sum(pc.count_substring(text, "\n")).as_py() or 0) + n
     chars = int(pc.sum(pc.utf8_length(text)).as_py() or 0)
-    return {"documents": n, "chars": chars, "lines": lines}
+    return {"documents": n, "chars": chars, "lines": lines, "sources": source_counts(table)}
+
+
+def source_counts(table: pa.Table) -> dict[str, int]:
+    """Rows per ``source`` of a table (null or a missing column:
+    :data:`NO_SOURCE`), sorted by source."""
+    if table.num_rows == 0:
+        return {}
+    if "source" not in table.column_names:
+        return {NO_SOURCE: table.num_rows}
+    counts = pc.value_counts(pc.fill_null(table["source"].cast(pa.string()), NO_SOURCE))
+    return dict(sorted((c["values"].as_py(), c["counts"].as_py()) for c in counts))
 
 
 def repeated_id(task: dict[str, Any]) -> str | None:

@@ -89,57 +89,101 @@ def bucket_pairs(handles: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def band_group_edges(task: dict[str, Any]) -> dict[str, int]:
-    """Worker: LSH candidates of one band spill group, verified on full signatures.
+    """Worker: LSH candidates of one band spill group, verified.
 
     Sorts the group's band records by (band, key, g); records with equal
     (band, key) are a bucket; bucket pairs (:func:`bucket_pairs`) become edges
-    when at least ``ceil(jaccard_threshold * num_perm)`` signature values agree
-    (``verify: signature``), or when the exact Jaccard similarity of their
-    shingle sets reaches ``jaccard_threshold`` (``verify: exact``; reads the
-    candidates' texts from ``paths``).
+    when the exact Jaccard similarity of their shingle sets reaches
+    ``jaccard_threshold`` (``verify: exact``, the default). The exact
+    similarity is computed only for pairs whose signature estimate lies
+    within :func:`verify_margin` of the threshold (their texts are read from
+    ``paths``); a pair above that band is an edge, one below is not
+    (:func:`agreement_cuts`). With ``verify: signature`` a pair is an edge
+    when at least ``ceil(jaccard_threshold * num_perm)`` signature values
+    agree, and no text is read.
 
     Args:
         task: ``spill`` (spill dir), ``group`` (index), ``signatures`` (dir),
             ``config`` (:class:`~stages.dedup.config.Config`: ``num_bands``,
-            ``rows_per_band``, ``jaccard_threshold``, ``verify``, shingling),
+            ``rows_per_band``, ``jaccard_threshold``, ``verify``,
+            ``verify_margin_sd``, shingling),
             ``paths`` (the partitions),
             ``node_groups``, ``candidate_groups``.
 
     Writes:
         ``spill/edges/band-KKKKK.parquet``: the verified edges, both
         directions, by node group (the connected-components input);
-        ``spill/candidates/band-KKKKK.parquet``: the candidate pairs by pair
-        hash (counted once each by :func:`distinct_candidates`).
+        ``spill/candidates/band-KKKKK.parquet``: the candidate pairs
+        (``a, b, checked``) by pair hash (counted once each by
+        :func:`distinct_candidates`).
 
     Returns:
         ``{"candidates", "edges"}`` found in this group (a pair may be found
         in several groups).
     """
-    pairs, edges, _ = _band_group_pairs(task)
+    pairs, edges, checked = _band_group_pairs(task)
     spill, name = Path(task["spill"]), f"band-{task['group']:05d}.parquet"
     write_edges(edges[:, 0], edges[:, 1], task["node_groups"], spill / "edges" / name)
     key = node_group(pairs[:, 0] * np.int64(1_000_003) + pairs[:, 1], task["candidate_groups"]) if len(pairs) else \
         np.zeros(0, np.int64)
-    write_buckets(pa.table({"a": pa.array(pairs[:, 0], pa.int64()), "b": pa.array(pairs[:, 1], pa.int64())}),
-                  key, spill / "candidates" / name)
+    write_buckets(pa.table({"a": pa.array(pairs[:, 0], pa.int64()), "b": pa.array(pairs[:, 1], pa.int64()),
+                            "checked": pa.array(checked, pa.bool_())}), key, spill / "candidates" / name)
     return {"candidates": int(len(pairs)), "edges": int(len(edges))}
 
 
-def distinct_candidates(task: dict[str, Any]) -> int:
-    """Worker: distinct candidate pairs of one candidate group."""
+def distinct_candidates(task: dict[str, Any]) -> dict[str, int]:
+    """Worker: distinct candidate pairs of one candidate group, and how many
+    of them needed the exact Jaccard check (``verify: exact``; a pair is
+    checked in each band group that finds it, counted once here).
+
+    Returns:
+        ``{"candidates", "exact_checks"}``.
+    """
     table = read_spill(Path(task["spill"]) / "candidates", task["group"])
     if table is None:
-        return 0
-    return len(np.unique(np.stack([table["a"].to_numpy(), table["b"].to_numpy()], 1), axis=0))
+        return {"candidates": 0, "exact_checks": 0}
+    pairs, first = np.unique(np.stack([table["a"].to_numpy(), table["b"].to_numpy()], 1), axis=0,
+                             return_index=True)
+    checked = table["checked"].to_numpy(zero_copy_only=False)[first]
+    return {"candidates": int(len(pairs)), "exact_checks": int(np.count_nonzero(checked))}
+
+
+def verify_margin(config: Config) -> float:
+    """The half-width (Jaccard units) of the band around ``jaccard_threshold``
+    t in which ``verify: exact`` computes the exact Jaccard similarity:
+    ``verify_margin_sd * sqrt(t * (1 - t) / num_perm)``, i.e. that many
+    standard deviations of the signature estimate of a pair whose true
+    Jaccard is t (the estimate is a binomial share of ``num_perm``
+    agreements; Broder 1997). Default 4 x sqrt(0.8 * 0.2 / 112) = 0.151."""
+    t = config.jaccard_threshold
+    return config.verify_margin_sd * float(np.sqrt(t * (1.0 - t) / config.num_perm))
+
+
+def agreement_cuts(config: Config) -> tuple[int, int, int]:
+    """``(low, needed, high)``: signature agreements (of ``num_perm``) at
+    ``t - margin``, ``t`` and ``t + margin`` (:func:`verify_margin`), rounded
+    up. With ``verify: exact`` a candidate pair with at least ``high``
+    agreements is an edge and one with fewer than ``low`` is not, without
+    reading its text; the exact Jaccard decides the pairs in between. With
+    ``verify: signature``, ``low == needed == high``."""
+    num_perm = config.num_perm
+    t = config.jaccard_threshold
+    needed = int(np.ceil(t * num_perm - 1e-9))
+    if config.verify != "exact":
+        return needed, needed, needed
+    margin = verify_margin(config)
+    low = max(0, int(np.ceil((t - margin) * num_perm - 1e-9)))
+    high = int(np.ceil((t + margin) * num_perm - 1e-9))
+    return low, needed, high
 
 
 def _band_group_pairs(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(candidate pairs int64[C, 2], edges int64[E, 2], similarity float64[E])
-    of one band spill group (see :func:`band_group_edges`)."""
+    """(candidate pairs int64[C, 2], edges int64[E, 2], bool[C]: the pair's
+    exact Jaccard was computed) of one band spill group (see
+    :func:`band_group_edges`)."""
     config: Config = task["config"]
     num_perm = config.num_perm
-    needed = int(np.ceil(config.jaccard_threshold * num_perm - 1e-9))
-    empty = (np.empty((0, 2), np.int64), np.empty((0, 2), np.int64), np.empty(0, np.int64))
+    empty = (np.empty((0, 2), np.int64), np.empty((0, 2), np.int64), np.empty(0, bool))
     table = read_spill(Path(task["spill"]) / "bands", task["group"])
     if table is None:
         return empty
@@ -153,22 +197,26 @@ def _band_group_pairs(task: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.
     del band, key, g, order
     if not len(pairs):
         return empty
-    nodes = np.unique(pairs)
+    nodes = np.sort(pairs, axis=None)
+    nodes = nodes[np.r_[True, nodes[1:] != nodes[:-1]]]  # np.unique: hash-based in numpy 2.4, far slower here
     signatures = load_signatures(Path(task["signatures"]), nodes, num_perm)
     a, b = np.searchsorted(nodes, pairs[:, 0]), np.searchsorted(nodes, pairs[:, 1])
     agree = np.concatenate([np.count_nonzero(signatures[a[s:s + _VERIFY_CHUNK]] ==
                                              signatures[b[s:s + _VERIFY_CHUNK]], axis=1)
                             for s in range(0, len(pairs), _VERIFY_CHUNK)])
-    if config.verify == "exact":
-        rows = _document_rows(task["paths"], nodes, ["text", "langid_lang"])  # handle order = nodes
+    del signatures
+    low, needed, high = agreement_cuts(config)
+    passed = agree >= high
+    checked = (agree >= low) & (agree < high)
+    unsure = np.flatnonzero(checked)
+    if len(unsure):  # verify: exact, estimate within the margin: the exact shingle Jaccard decides
+        read = np.unique(np.r_[a[unsure], b[unsure]])  # positions in nodes, ascending
+        rows = _document_rows(task["paths"], nodes[read], ["text", "langid_lang"])  # handle order
         langs = rows["langid_lang"].to_pylist() if "langid_lang" in rows.column_names else [None] * rows.num_rows
         sets = document_shingle_sets(rows["text"].to_pylist(), langs, config)
-        similarity = np.array([exact_jaccard(sets[i], sets[j]) for i, j in zip(a, b)], np.float64)
-        passed = similarity >= config.jaccard_threshold
-    else:
-        similarity = agree / num_perm
-        passed = agree >= needed
-    return pairs, pairs[passed], similarity[passed]
+        ia, ib = np.searchsorted(read, a[unsure]), np.searchsorted(read, b[unsure])
+        passed[unsure] = [exact_jaccard(sets[i], sets[j]) >= config.jaccard_threshold for i, j in zip(ia, ib)]
+    return pairs, pairs[passed], checked
 
 
 def _document_rows(paths: list[str], handles: np.ndarray, columns: list[str]) -> pa.Table:

@@ -22,7 +22,7 @@ from common.io import atomic_path
 from stages.base import read_kept
 from stages.dedup.exchange import HANDLE_SHIFT, document_handles, skip_rows, write_spill
 from stages.dedup.keepers import keeper_columns
-from stages.dedup.minhash import band_keys, minhash_signatures, ngram_hashes, shingle_hashes, shingle_tokens
+from stages.dedup.minhash import band_keys, minhash_signatures, ngram_hashes, shingle_tokens
 from stages.dedup.normalize import NO_FOLD_LANGS, fold_script, near_normalize_batch, uses_char_shingles
 
 if TYPE_CHECKING:
@@ -43,13 +43,43 @@ def _shingle_texts(texts: list[str], langs: list[str | None], config: Config
     return normalized, char_mode
 
 
+def _document_hashes(texts: list[str], langs: list[str | None], config: Config
+                     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The shingle hashes of documents, one vectorized pass per shingle kind:
+    a list of ``(positions int64[m], hashes uint32[S], offsets int64[m + 1])``
+    (document ``positions[i]`` owns ``hashes[offsets[i]:offsets[i + 1]]``),
+    documents empty after normalization left out."""
+    normalized, char_mode = _shingle_texts(texts, langs, config)
+    out = []
+    for char_shingles in (True, False):
+        members = np.flatnonzero(char_mode == char_shingles)
+        if not len(members):
+            continue
+        tokens, lengths = shingle_tokens([normalized[i] for i in members], char_shingles)
+        nonempty = lengths > 0
+        if not nonempty.any():
+            continue
+        hashes, offsets = ngram_hashes(tokens, lengths[nonempty],
+                                       config.ngram_chars if char_shingles else config.ngram_words)
+        out.append((members[nonempty].astype(np.int64), hashes, offsets))
+    return out
+
+
 def document_shingle_sets(texts: list[str], langs: list[str | None], config: Config) -> list[np.ndarray]:
     """Each document's set of shingle hashes (sorted unique uint32), from the
     same normalization, folding and shingles as its MinHash signature; empty
-    for a text that is empty after normalization."""
-    normalized, char_mode = _shingle_texts(texts, langs, config)
-    return [np.unique(shingle_hashes(t, bool(c), config.ngram_words, config.ngram_chars))
-            for t, c in zip(normalized, char_mode)]
+    for a text that is empty after normalization. All documents are hashed
+    and sorted in one pass (``verify: exact`` calls it per band group)."""
+    sets = [np.empty(0, np.uint32) for _ in texts]
+    for positions, hashes, offsets in _document_hashes(texts, langs, config):
+        owner = np.repeat(np.arange(len(positions), dtype=np.uint64), np.diff(offsets))
+        keys = np.sort((owner << np.uint64(32)) | hashes.astype(np.uint64))  # by (owner, hash)
+        keys = keys[np.r_[True, keys[1:] != keys[:-1]]]  # (np.unique hashes: ~80x slower at 4 M here)
+        bounds = np.searchsorted(keys >> np.uint64(32), np.arange(len(positions) + 1, dtype=np.uint64))
+        values = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        for i, p in enumerate(positions):
+            sets[p] = values[bounds[i]:bounds[i + 1]]
+    return sets
 
 
 def exact_jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -75,19 +105,9 @@ def document_signatures(texts: list[str], langs: list[str | None], config: Confi
         documents whose near-normalized text is not empty, in input order.
     """
     num_perm = config.num_perm
-    normalized, char_mode = _shingle_texts(texts, langs, config)
     positions, signatures = [], []
-    for char_shingles in (True, False):
-        members = np.flatnonzero(char_mode == char_shingles)
-        if not len(members):
-            continue
-        tokens, lengths = shingle_tokens([normalized[i] for i in members], char_shingles)
-        nonempty = lengths > 0
-        if not nonempty.any():
-            continue
-        hashes, offsets = ngram_hashes(tokens, lengths[nonempty],
-                                          config.ngram_chars if char_shingles else config.ngram_words)
-        positions.append(members[nonempty])
+    for members, hashes, offsets in _document_hashes(texts, langs, config):
+        positions.append(members)
         signatures.append(minhash_signatures(hashes, offsets, num_perm, config.seed))
     if not positions:
         return np.empty(0, np.int64), np.empty((0, num_perm), np.uint32)

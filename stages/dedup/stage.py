@@ -16,8 +16,8 @@ workers is :mod:`stages.dedup.exchange`, the pure normalization and hashing
    MinHash signatures of the exact survivors (stored per partition as
    ``.npy``) and the LSH band records ``(band, bucket key, document)``
    spilled by bucket key; :mod:`stages.dedup.lsh`: ``band_group_edges`` (per
-   band group) pairs bucket members and verifies each pair on the full
-   signatures.
+   band group) pairs bucket members and verifies each pair (exact Jaccard
+   where the signature estimate is within the margin of the threshold).
 3. :mod:`stages.dedup.components`: ``connected_components`` (large-star /
    small-star steps per node group); :mod:`stages.dedup.cluster`:
    ``component_members`` and ``component_keepers``: one keeper per cluster by
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,6 +74,46 @@ def fit_figures(config: Config, sizes: dict[int, int]) -> tuple[Figure, ...]:
         figures.append(Figure(kind="bars", title="near-duplicate clusters", x_label="documents in cluster",
                               y_label="clusters", x=tuple(str(k) for k in multi), y=tuple(multi.values())))
     return tuple(figures)
+
+
+def removed_by_source(keys: list[dict[str, Any]], written: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Documents and exact/near-duplicate removals per source, over every
+    partition: ``{source: {"documents", "dedup.exact_duplicate",
+    "dedup.near_duplicate"}}``, sorted by source (null source:
+    :data:`stages.dedup.exact.NO_SOURCE`). ``keys`` are the
+    :func:`~stages.dedup.exact.document_keys` results, ``written`` the
+    :func:`~stages.dedup.cluster.partition_removed` ones. Line dedup's
+    ``dedup.duplicate_lines`` is decided in :meth:`DedupStage.process` and
+    not counted."""
+    out: dict[str, dict[str, int]] = {}
+    for k in keys:
+        for source, n in k["sources"].items():
+            row = out.setdefault(source, {"documents": 0, exact.REASON_EXACT: 0, cluster.REASON_NEAR: 0})
+            row["documents"] += n
+    for w in written:
+        for source, reasons in w["removed"].items():
+            for reason, n in reasons.items():
+                out[source][reason] += n
+    return dict(sorted(out.items()))
+
+
+def removed_share_warnings(by_source: dict[str, dict[str, int]], share: float | None) -> tuple[str, ...]:
+    """One warning per source of which dedup removed more than ``share`` of
+    the documents (none when ``share`` is None), sorted by source, e.g.
+    ``"dedup removed 40 of 40 documents (100.0%) of source 'mirror' (> 50%
+    warn_removed_share): 40 exact, 0 near duplicates of documents kept
+    elsewhere; is the source a copy?"``."""
+    if share is None:
+        return ()
+    lines = []
+    for source, row in by_source.items():
+        n_exact, n_near = row[exact.REASON_EXACT], row[cluster.REASON_NEAR]
+        removed, total = n_exact + n_near, row["documents"]
+        if total and removed / total > share:
+            lines.append(f"dedup removed {removed:,} of {total:,} documents ({removed / total:.1%}) of source "
+                         f"{source!r} (> {share:.0%} warn_removed_share): {n_exact:,} exact, {n_near:,} near "
+                         f"duplicates of documents kept elsewhere; is the source a copy?")
+    return tuple(lines)
 
 
 class DedupStage(Stage):
@@ -111,9 +152,11 @@ class DedupStage(Stage):
             Manifest facts: hash names, seed, num_perm, bands, rows, threshold,
             n-gram sizes, keep rule, script folding, line settings, the
             S-curve (``s_curve``: 21 ``[J, P(candidate)]`` points), spill
-            group counts, and counts (documents, exact_duplicates,
+            group counts, counts (documents, exact_duplicates,
             near_duplicates, clusters, candidate_pairs, verified_edges,
-            empty_after_normalization, lines_considered, lines_removed).
+            exact_checks, empty_after_normalization, lines_considered,
+            lines_removed) and ``removed_by_source``. Warnings: one per
+            source of which more than ``warn_removed_share`` was removed.
 
         Raises:
             ValueError: when a document id occurs twice, or ``keep:
@@ -148,7 +191,7 @@ class DedupStage(Stage):
         kinds = {kind: [str(f) for f in exchange.spill_files(exact_out / kind)]
                  for kind in ("skip", "members", "counts")}
 
-        candidates = n_edges = signed = empty = 0
+        candidates = n_edges = signed = empty = checks = 0
         near_files: list[str] = []
         n_components = members = 0
         sizes: dict[int, int] = {}
@@ -162,8 +205,10 @@ class DedupStage(Stage):
                  "node_groups": groups["nodes"], "candidate_groups": groups["bands"]}
                 for k in range(groups["bands"])])
             if sum(f["candidates"] for f in found):
-                candidates = sum(run(lsh.distinct_candidates, [{"spill": str(spill), "group": k}
-                                                               for k in range(groups["bands"])]))
+                distinct = run(lsh.distinct_candidates, [{"spill": str(spill), "group": k}
+                                                         for k in range(groups["bands"])])
+                candidates = sum(d["candidates"] for d in distinct)
+                checks = sum(d["exact_checks"] for d in distinct)
             if sum(f["edges"] for f in found):
                 labels, n_edges = components.connected_components(
                     exchange.spill_files(spill / "edges"), spill / "components", groups["nodes"], run)
@@ -192,8 +237,10 @@ class DedupStage(Stage):
             for size, count in f["sizes"].items():
                 sizes[int(size)] = sizes.get(int(size), 0) + count
         final_files = [str(f) for f in exchange.spill_files(spill / "final")]
-        run(cluster.partition_removed, [{"files": final_files, "partition": i,
-                                         "out": str(work_dir / REMOVED_DIR / name)} for i, name in enumerate(names)])
+        written = run(cluster.partition_removed, [{"files": final_files, "partition": i, "path": p,
+                                                   "out": str(work_dir / REMOVED_DIR / name)}
+                                                  for i, (p, name) in enumerate(zip(paths, names))])
+        by_source = removed_by_source(keys, written)
         (work_dir / REMOVED_DIR).mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(str(len(names)).encode(), work_dir / REMOVED_DIR / "_DONE")
 
@@ -220,6 +267,8 @@ class DedupStage(Stage):
             "rows_per_band": config.rows_per_band, "jaccard_threshold": config.jaccard_threshold,
             "ngram_words": config.ngram_words, "ngram_chars": config.ngram_chars,
             "keep": config.keep, "fold_chinese_script": config.fold_chinese_script, "verify": config.verify,
+            "verify_margin_sd": config.verify_margin_sd,
+            "verify_agreements": dict(zip(("low", "needed", "high"), lsh.agreement_cuts(config))),
             "line_dedup": config.line_dedup, "line_min_chars": config.line_min_chars,
             "s_curve": [[round(j, 3), round(p, 4)]
                         for j, p in lsh.s_curve(config.num_bands, config.rows_per_band)],
@@ -231,11 +280,14 @@ class DedupStage(Stage):
             "near_duplicates": members - n_components,
             "clusters": sum(sizes.values()),  # one keeper per cluster
             "cluster_sizes": {str(k): v for k, v in sorted(sizes.items())},  # documents per cluster -> clusters
-            "candidate_pairs": candidates, "verified_edges": n_edges,
+            "candidate_pairs": candidates, "verified_edges": n_edges, "exact_checks": checks,
             "signed_documents": signed, "empty_after_normalization": empty,
             **line_counts,
+            "warn_removed_share": config.warn_removed_share,
+            "removed_by_source": by_source,
         }
-        return FitResult(facts=facts, figures=fit_figures(config, sizes))
+        return FitResult(facts=facts, warnings=removed_share_warnings(by_source, config.warn_removed_share),
+                         figures=fit_figures(config, sizes))
 
     def _read_by_id(self, path: Path, ids: pa.ChunkedArray | pa.Array) -> pa.Table:
         """Rows of a Parquet file or directory (sorted by id) whose id is in

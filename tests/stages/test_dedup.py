@@ -125,9 +125,10 @@ def test_cat_dog_cat_two_survive(tmp_path):
 def test_exact_normalization_full_width_case_whitespace(tmp_path):
     _, out = _run(tmp_path, [[{"id": "a", "text": "Ｈｅｌｌｏ　World\n", "lang": "en"},
                               {"id": "b", "text": "hello world", "lang": "en"}]], near=False)
-    # equal normalized text; "Ｈｅｌｌｏ　World\n" is longer, so it is kept by `longest`
-    assert _kept(out) == {"a"}
-    assert _row(out, "b")["reason"] == "dedup.exact_duplicate"
+    # equal normalized text (11 characters); "Ｈｅｌｌｏ　World\n" has more raw characters (12), so the
+    # unpadded "hello world" is kept by `longest`
+    assert _kept(out) == {"b"}
+    assert _row(out, "a")["reason"] == "dedup.exact_duplicate"
 
 
 def test_same_document_in_two_partitions_one_survives(tmp_path):
@@ -394,7 +395,26 @@ def test_keep_lowest_perplexity(tmp_path):
     _, out = _run(tmp_path / "ppl", [rows], keep="lowest_perplexity")
     assert _kept(out) == {"b"}
     _, out = _run(tmp_path / "long", [rows])
-    assert _kept(out) == {"a"}  # longest raw text
+    assert _kept(out) == {"b"}  # equal normalized length; b and c have the fewest raw characters, then id
+
+
+@pytest.mark.parametrize("padded", ["  The  quick brown fox\tjumps over the lazy dog,\n\n  near the river bank. \n",
+                                    "The quick brown fox -- jumps over the lazy dog, ... near the river bank!!"])
+def test_padded_copy_never_beats_its_clean_original(tmp_path, padded):
+    clean = "The quick brown fox jumps over the lazy dog, near the river bank."
+    rows = [{"id": "a:padded", "text": padded, "lang": "en"}, {"id": "b:clean", "text": clean, "lang": "en"},
+            {"id": "c:longer", "text": clean + " It rained.", "lang": "en"},
+            {"id": "d:other", "text": "An unrelated sentence about compilers and linkers.", "lang": "en"}]
+    assert dedup.near_normalize(dedup.exact_normalize(padded)) == dedup.near_normalize(dedup.exact_normalize(clean))
+    assert len(padded) > len(clean)  # the old rule (most raw characters) kept the padded copy
+    lengths = dedup.near_lengths([dedup.exact_normalize(t) for t in (padded, clean, clean + " It rained.")])
+    assert lengths.tolist() == [63, 63, 73]
+    _, out = _run(tmp_path / "pair", [rows[:1], [rows[1], rows[3]]])
+    assert _kept(out) == {"b:clean", "d:other"}
+    assert _row(out, "a:padded")["dedup_cluster"] == "b:clean"
+    # a copy with more content still wins: normalized length first
+    _, out = _run(tmp_path / "three", [rows[:2], rows[2:]])  # J(clean, longer) = 9/11
+    assert _kept(out) == {"c:longer", "d:other"}
 
 
 def _mixed_rows() -> list[list[dict]]:
@@ -463,6 +483,8 @@ def test_batch_normalization_equals_single_document():
              "ＡＢＣ ß ﬁ", "", "...", " x\t\ny "]
     assert dedup.near_normalize_batch(texts) == [dedup.near_normalize(dedup.exact_normalize(t)) for t in texts]
     assert dedup.line_normalize("Page 12 of 40.") == "page 00 of 00"
+    exact = [dedup.exact_normalize(t) for t in texts]
+    assert dedup.near_lengths(exact).tolist() == [len(dedup.near_normalize(t)) for t in exact]
 
 
 @pytest.mark.parametrize("margin, survivors", [(-0.02, 1), (0.02, 2)])
@@ -476,6 +498,75 @@ def test_exact_verification_uses_the_true_shingle_jaccard(tmp_path, margin, surv
     _, out = _run(tmp_path, [[{"id": "d:1", "text": a, "lang": "en"}, {"id": "d:2", "text": b, "lang": "en"}]],
                   verify="exact", jaccard_threshold=round(j + margin, 4))
     assert len(_kept(out)) == survivors
+
+
+@pytest.mark.parametrize("stem, words, jaccard, agreements, merged_by_signature, merged_by_default", [
+    ("bird", 21, 15 / 19, 90, True, False),   # just below 0.8; the estimate (90/112 = 0.804) says above
+    ("stone", 23, 17 / 21, 87, False, True),  # just above 0.8; the estimate (87/112 = 0.777) says below
+])
+def test_default_verification_decides_pairs_at_the_threshold_by_exact_jaccard(
+        tmp_path, stem, words, jaccard, agreements, merged_by_signature, merged_by_default):
+    names = [f"{stem}{i}" for i in range(words)]
+    a, b = " ".join(names), " ".join(names[:-2] + ["other", "words"])  # 2 of the words-4 5-grams differ
+    sets = document_shingle_sets([a, b], ["en", "en"], Config())
+    assert exact_jaccard(sets[0], sets[1]) == pytest.approx(jaccard)
+    _, sig = dedup.document_signatures([a, b], ["en", "en"], Config())
+    assert np.count_nonzero(sig[0] == sig[1]) == agreements
+    assert lsh.agreement_cuts(Config()) == (73, 90, 107)  # 0.8 -+ 4 sd (0.151) of 112 permutations
+    rows = [[{"id": "d:1", "text": a, "lang": "en"}, {"id": "d:2", "text": b, "lang": "en"}]]
+    facts, out = _run(tmp_path / "default", rows)
+    assert (facts["verify"], facts["candidate_pairs"], facts["exact_checks"]) == ("exact", 1, 1)
+    assert (len(_kept(out)) == 1) is merged_by_default
+    facts, out = _run(tmp_path / "signature", rows, verify="signature")
+    assert (facts["candidate_pairs"], facts["exact_checks"]) == (1, 0)
+    assert (len(_kept(out)) == 1) is merged_by_signature
+
+
+def test_exact_verification_reads_no_text_outside_the_margin(tmp_path, monkeypatch):
+    calls = []
+    real = lsh.document_shingle_sets
+    monkeypatch.setattr(lsh, "document_shingle_sets", lambda *a: calls.append(len(a[0])) or real(*a))
+    names = [f"w{i}" for i in range(60)]
+    rows = [[{"id": "d:1", "text": " ".join(names), "lang": "en"},
+             {"id": "d:2", "text": " ".join(names[:-1] + ["x"]), "lang": "en"}]]  # J = 55/57 = 0.965
+    facts, out = _run(tmp_path, rows)
+    assert (facts["candidate_pairs"], facts["exact_checks"], calls, _kept(out)) == (1, 0, [], {"d:1"})
+
+
+def _fit(tmp_path: Path, partitions: list[list[dict]], **fields):
+    """Only fit (the stage's FitResult), over partitions written as in _run."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = [_write(tmp_path / f"part-{i:05d}.parquet", rows) for i, rows in enumerate(partitions)]
+    ctx = StageContext(work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", seed=0, tools_dir=tmp_path)
+    return DedupStage(Config(**fields), ctx).fit(Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items]))
+
+
+def test_source_that_is_a_copy_of_another_is_warned_with_its_counts(tmp_path):
+    texts = [f"original article number {i} about the {i * 3} rivers of the northern valley and their old bridges"
+             for i in range(6)]
+    archive = [{"id": f"a:{i}", "source": "archive", "text": t, "lang": "en"} for i, t in enumerate(texts)]
+    mirror = [{"id": f"m:{i}", "source": "mirror", "text": "  " + t.replace(" ", "  ") + "\n", "lang": "en"}
+              for i, t in enumerate(texts[:5])]  # padded exact copies: the archive's clean originals are kept
+    mirror.append({"id": "m:5", "source": "mirror", "text": texts[5].rsplit(" ", 1)[0], "lang": "en"})  # J 11/12
+    blog = [{"id": f"b:{i}", "source": "blog", "text": f"blog post {i}: notes on {i * 11} tide tables", "lang": "en"}
+            for i in range(3)] + [{"id": "b:3", "source": "blog", "text": texts[0], "lang": "en"}]
+    nameless = [{"id": "n:0", "source": None, "text": "a note with no source", "lang": "en"}]
+    partitions = [archive[:3] + mirror[3:], mirror[:3] + archive[3:] + blog, nameless]
+    facts, out = _run(tmp_path / "run", partitions)
+    assert facts["removed_by_source"] == {
+        "(no source)": {"documents": 1, "dedup.exact_duplicate": 0, "dedup.near_duplicate": 0},
+        "archive": {"documents": 6, "dedup.exact_duplicate": 0, "dedup.near_duplicate": 0},
+        "blog": {"documents": 4, "dedup.exact_duplicate": 1, "dedup.near_duplicate": 0},  # 25%: no warning
+        "mirror": {"documents": 6, "dedup.exact_duplicate": 5, "dedup.near_duplicate": 1}}
+    assert _kept(out) == {f"a:{i}" for i in range(6)} | {"b:0", "b:1", "b:2", "n:0"}
+    result = _fit(tmp_path / "fit", partitions)
+    assert result.warnings == (
+        "dedup removed 6 of 6 documents (100.0%) of source 'mirror' (> 50% warn_removed_share): 5 exact, "
+        "1 near duplicates of documents kept elsewhere; is the source a copy?",)
+    assert _fit(tmp_path / "quiet", partitions, warn_removed_share=None).warnings == ()
+    assert len(_fit(tmp_path / "low", partitions, warn_removed_share=0.2).warnings) == 2  # blog and mirror
+    with pytest.raises(pydantic.ValidationError):
+        Config(warn_removed_share=1.0)  # a share above 1 cannot happen: the warning would never fire
 
 
 # ----------------------------------------------------------------------------- config: one set of defaults
@@ -492,6 +583,10 @@ def _script_twins() -> list[dict]:
             {"id": "zh_TW:b", "text": to_traditional.convert(ZH_B), "lang": "zh"},
             {"id": "en:1", "text": "The quick brown fox jumps over the lazy dog near the river bank today.",
              "lang": "en"}]
+
+
+def test_line_skip_languages_are_canonical_codes():
+    assert Config(line_skip_languages=("code", "zh-Hant", "zh_CN", "nb")).line_skip_languages == ("code", "zh", "no")
 
 
 def test_config_is_frozen_and_pickles_as_itself():
