@@ -124,6 +124,17 @@ class Config(StageConfig):
             one ``</s>`` per line): on short documents the ratio is noise
             (measured: clean fortunes of < 150 tokens reach ratios of
             0.9-1.1, as low as salad). Default 150, same measurement.
+        word_salad_max_perplexity: language -> the highest document
+            perplexity at which the word-salad check applies; above it the
+            model does not read the text (most of its bigrams are unseen),
+            so its word order is not evidence and the ratio is not computed
+            (null). Default ``zh: 3000``, our measurement (bench.word_salad,
+            ../shared/corpus and corpus-multi DEV, debref model): word salad
+            made from modern Chinese prose scores 700-2,066 (p5-p95 of man
+            pages, debref and corpus-multi pages), the Shijing odes of
+            fortunes zh 4,900-6,000 with self-shuffle ratios of 1.11-1.24,
+            which the 1.25 cut-off would drop as salad. en has no bound:
+            its salad (King James Bible shuffles up to 3,022) would escape.
         require_models: languages that must get a model: when one does not
             (too little reference text, none at all, or outside
             ``languages``), ``fit`` stops the build with one line naming the
@@ -160,9 +171,11 @@ class Config(StageConfig):
     fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
     word_salad_max_ratio: dict[str, float] = {"en": 1.15, "zh": 1.25}
     word_salad_min_tokens: int = pydantic.Field(150, ge=2)
+    word_salad_max_perplexity: dict[str, float] = {"zh": 3000.0}
     require_models: list[str] = []
 
-    @pydantic.field_validator("max_perplexity", "models", "word_salad_max_ratio", mode="before")
+    @pydantic.field_validator("max_perplexity", "models", "word_salad_max_ratio", "word_salad_max_perplexity",
+                              mode="before")
     @classmethod
     def _canonical_keys(cls, value, info):
         if isinstance(value, dict):

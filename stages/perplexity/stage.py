@@ -61,8 +61,9 @@ class PerplexityStage(Stage):
     ``bucket_percentiles`` of the held-out reference distribution; null when
     unmeasured) and ``perplexity_shuffle_ratio`` (float64: the self-shuffle
     ratio, :func:`stages.perplexity.salad.self_shuffle_ratio`; null unless the
-    language is in ``word_salad_max_ratio`` and the document has at least
-    ``word_salad_min_tokens`` tokens). With ``action="drop"``, a document whose
+    language is in ``word_salad_max_ratio``, the document has at least
+    ``word_salad_min_tokens`` tokens and a perplexity within
+    ``word_salad_max_perplexity``). With ``action="drop"``, a document whose
     ratio is at or below its language's cut-off gets reason
     ``perplexity.word_salad``, else one above its language's threshold gets
     ``perplexity.above_threshold``. Documents of languages without a model are
@@ -331,7 +332,9 @@ class PerplexityStage(Stage):
                 log10_sum, tokens = score_sentences(model, [t for t in tokenizer(lines) if t])
                 value = perplexity(log10_sum, tokens)
                 max_ratio = cfg.word_salad_max_ratio.get(lang)
-                if max_ratio is not None and tokens >= cfg.word_salad_min_tokens:
+                readable = cfg.word_salad_max_perplexity.get(lang)
+                if (max_ratio is not None and tokens >= cfg.word_salad_min_tokens and value is not None
+                        and (readable is None or value <= readable)):
                     ratio = self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text)
             values.append(value)
             ratios.append(ratio)
