@@ -152,7 +152,9 @@ class HeuristicsStage(Stage):
             docs.append(Document(text or "", lang, thresholds.short_line_chars, bad, counts[row]))
         # Word n-grams of every document that needs them, in one batch.
         need = [doc for doc in docs if _needs_ngrams(by_lang[doc.lang][0])]
-        for doc, stats in zip(need, ngram_stats_batch([doc.ngram_words for doc in need])):
+        for doc, stats in zip(need, ngram_stats_batch([doc.ngram_words for doc in need],
+                                                       [doc.ngram_run_starts for doc in need],
+                                                       [doc.ngram_other_chars for doc in need])):
             doc.__dict__["ngram_stats"] = stats      # fills the cached_property
         for row, doc in enumerate(docs):
             values, reason = evaluate(doc, by_lang[doc.lang][0])
