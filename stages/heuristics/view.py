@@ -39,12 +39,15 @@ class Document:
         lang: its ``langid_lang`` (str or None).
         short_line_chars: most characters of a FineWeb short line.
         bad_words: the C4 bad-word set for ``lang`` (empty: none).
+        langid_mix: langid's ``langid_mix`` (JSON ``{code: share of
+            letters}``), or None when the stage does not read it.
     """
 
     def __init__(self, text: str, lang: str | None, short_line_chars: int = 30,
                  bad_words: frozenset[str] = frozenset(),
-                 counts: dict[str, int] | None = None):
+                 counts: dict[str, int] | None = None, langid_mix: str | None = None):
         self.text = text
+        self.langid_mix = langid_mix
         self.lang = lang
         self.short_line_chars = short_line_chars
         self.bad_words = bad_words
