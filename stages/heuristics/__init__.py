@@ -26,6 +26,9 @@ a whole with ``Config.disabled_families``, each rule with a null threshold):
   break (whitespace or punctuation, full-width included), escape and markup
   residue (``\\u00e9``, ``&amp;``, literal ``\\n``, HTML tags), mojibake,
   abnormal symbol share, code lines mixed into prose.
+* ``page_shape`` — rules that name what they drop, off by default: the share
+  of letters outside the top language (langid's ``langid_mix``) and the share
+  of list-item/table-row lines.
 * ``code`` — StarCoder (Li et al. 2023) / The Stack: line lengths and
   alphanumeric share, for documents whose language is ``code``.
 
@@ -35,7 +38,7 @@ in the config. See docs/stages/heuristics.md for every default's source.
 
 Modules: ``family`` (what a family module defines: ``Rule``, shared helpers),
 one module per family (``gopher_quality``, ``gopher_repetition``, ``c4``,
-``fineweb``, ``cjk``, ``code``), ``rules`` (the registry assembled from the
+``fineweb``, ``cjk``, ``code``, ``page_shape``), ``rules`` (the registry assembled from the
 families, ``evaluate``), ``view`` (``Document``), ``ngrams`` (the n-gram
 engine), ``presets`` (``Thresholds``, ``PRESETS``), ``stage`` (``Config``,
 ``HeuristicsStage``). This package exports the names other modules use.

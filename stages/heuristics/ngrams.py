@@ -13,11 +13,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def ngram_stats_batch(word_lists: list[list[str]]) -> list[dict[str, float | None]]:
+def ngram_stats_batch(word_lists: list[list[str]],
+                      run_starts: list[list[int]] | None = None,
+                      other_chars: list[int] | None = None) -> list[dict[str, float | None]]:
     """Gopher's word n-gram repetition values of many documents at once.
 
     Args:
         word_lists: each document's words (:func:`stages.text.words`).
+        run_starts: per document, the word indices (ascending, in
+            ``1..len(words)-1``) where a run of adjacent words begins after a
+            gap (:attr:`stages.heuristics.view.Document.ngram_run_starts`: a
+            Han/kana part left out of an English page); no n-gram spans a gap,
+            so two English words that a Japanese sentence separates are not a
+            2-gram. None (the default): every document is one run.
+        other_chars: per document, characters of words left out of the
+            n-grams that still belong to the text (the Han/kana part of an
+            English page: :attr:`stages.heuristics.view.Document.ngram_other_chars`);
+            added to the denominator of every share, so a partly translated
+            page is judged on all its text, not on its untranslated
+            remainder alone. None: 0 for every document.
 
     Returns:
         One dict per document with ``top_{n}gram_char_share`` (n = 2, 3, 4)
@@ -54,7 +68,19 @@ def ngram_stats_batch(word_lists: list[list[str]]) -> list[dict[str, float | Non
     csum = np.zeros(total + 1, np.int64)
     np.cumsum(lengths, out=csum[1:])
     word_chars = np.add.reduceat(lengths, starts)
-    left = doc_words[doc_of] - (np.arange(total) - starts[doc_of])   # words from s to doc end
+    if other_chars is not None:
+        word_chars = word_chars + np.array([other_chars[i] for i in sel], np.int64)
+    # Words from s to the end of its run (a document is one run unless
+    # run_starts cuts it): an n-gram at s exists only if left >= n.
+    run_start = np.zeros(total, bool)
+    run_start[starts] = True
+    if run_starts is not None:
+        for j, i in enumerate(sel):
+            if run_starts[i]:
+                run_start[starts[j] + np.asarray(run_starts[i], np.int64)] = True
+    bounds = np.append(np.flatnonzero(run_start), total)
+    run_of = np.cumsum(run_start) - 1
+    left = bounds[run_of + 1] - np.arange(total)
     keys = _dense(doc_of * num_ids + ids)
     repeated = np.bincount(keys)[keys] > 1       # the (n-1)-gram at s occurs twice or more
     for n in range(2, 11):

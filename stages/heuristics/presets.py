@@ -84,6 +84,9 @@ class Thresholds(pydantic.BaseModel):
     max_keyword_run_share: float | None = None
     max_navigation_line_fraction: float | None = None
     min_zh_function_word_share: float | None = None
+    # page_shape (off in every preset: stages.heuristics.page_shape)
+    max_second_language_share: float | None = None
+    max_list_line_fraction: float | None = None
     # code
     max_line_length: int | None = None
     max_mean_line_length: float | None = None

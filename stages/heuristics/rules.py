@@ -22,14 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from stages.heuristics import c4, cjk, code, fineweb, gopher_quality, gopher_repetition
+from stages.heuristics import (c4, cjk, code, fineweb, gopher_quality, gopher_repetition,
+                               page_shape)
 from stages.heuristics.family import BatchCount, Measure, Rule
 
 if TYPE_CHECKING:
     from stages.heuristics.presets import Thresholds
     from stages.heuristics.view import Document
 
-FAMILY_MODULES = (gopher_quality, gopher_repetition, c4, fineweb, cjk, code)
+FAMILY_MODULES = (gopher_quality, gopher_repetition, c4, fineweb, cjk, code, page_shape)
 FAMILIES: tuple[str, ...] = tuple(module.FAMILY for module in FAMILY_MODULES)
 
 
@@ -65,7 +66,7 @@ def batch_counts(texts: pa.ChunkedArray | pa.Array) -> list[dict[str, int]]:
 # Checked in this order; the first failing rule is the document's reason. The
 # document-size rules come first (gopher_quality.SIZE_RULES), then the
 # families in this order (each family's rules in the order its module lists).
-CHECK_ORDER = (code, cjk, gopher_quality, gopher_repetition, c4, fineweb)
+CHECK_ORDER = (code, cjk, page_shape, gopher_quality, gopher_repetition, c4, fineweb)
 RULES: tuple[Rule, ...] = (
     *gopher_quality.SIZE_RULES,
     *(rule for module in CHECK_ORDER for rule in module.RULES

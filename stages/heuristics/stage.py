@@ -46,7 +46,7 @@ class Config(StageConfig):
 
     thresholds: dict[str, Thresholds] = {}
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
-                                    "cjk", "code"]] = []
+                                    "cjk", "code", "page_shape"]] = []
     bad_words: dict[str, list[str]] = {}
 
     @pydantic.field_serializer("thresholds")
@@ -58,6 +58,20 @@ class Config(StageConfig):
         it sets: read back with every field present it would turn off every
         rule it does not name. Workers get the model itself, pickled."""
         return {lang: t.model_dump(exclude_unset=True) for lang, t in thresholds.items()}
+
+    def requirements(self) -> dict[str, str]:
+        """``langid_lang``; and langid's ``langid_mix`` only when
+        ``max_second_language_share`` is on in some language (of
+        :meth:`effective_thresholds`; ``default`` stands for every other)."""
+        needs = dict(self.requires)
+        if self.reads_langid_mix():
+            needs["langid_mix"] = ("max_second_language_share drops pages by the share of "
+                                   "letters outside their top language")
+        return needs
+
+    def reads_langid_mix(self) -> bool:
+        """Whether ``max_second_language_share`` is on in some language."""
+        return any("max_second_language_share" in t for t in self.effective_thresholds().values())
 
     def for_language(self, lang: str | None) -> Thresholds:
         """The effective thresholds for documents of language ``lang``.
@@ -112,7 +126,8 @@ class HeuristicsStage(Stage):
     when no active rule of the document's language needs it, or the value is
     undefined) and drops documents with ``heuristics.<rule>`` reasons.
 
-    Needs the ``langid_lang`` column (raises KeyError without it).
+    Needs the ``langid_lang`` column (raises KeyError without it), and
+    ``langid_mix`` when ``max_second_language_share`` is on in some language.
     """
 
     row_independent = True
@@ -138,21 +153,28 @@ class HeuristicsStage(Stage):
         text_column = pc.fill_null(table.column("text"), "")
         texts = text_column.to_pylist()
         langs = table.column("langid_lang").to_pylist()
+        # langid_mix is read only when a language's rule needs it (the
+        # column exists then: Config.requirements declares it).
+        mixes = (table.column("langid_mix").to_pylist() if config.reads_langid_mix()
+                 else [None] * len(texts))
         counts = batch_counts(text_column)
         by_lang: dict[str | None, tuple[Thresholds, frozenset[str]]] = {}
         columns: dict[str, list] = {name: [None] * len(texts) for name in VALUES}
         reasons: list[str | None] = []
         docs = []
-        for row, (text, lang) in enumerate(zip(texts, langs)):
+        for row, (text, lang, mix) in enumerate(zip(texts, langs, mixes)):
             if lang not in by_lang:
                 bad = frozenset(w.lower() if w.isascii() else w
                                 for w in config.bad_words.get(lang, ()))
                 by_lang[lang] = (config.for_language(lang), bad)
             thresholds, bad = by_lang[lang]
-            docs.append(Document(text or "", lang, thresholds.short_line_chars, bad, counts[row]))
+            docs.append(Document(text or "", lang, thresholds.short_line_chars, bad, counts[row],
+                                 mix))
         # Word n-grams of every document that needs them, in one batch.
         need = [doc for doc in docs if _needs_ngrams(by_lang[doc.lang][0])]
-        for doc, stats in zip(need, ngram_stats_batch([doc.ngram_words for doc in need])):
+        for doc, stats in zip(need, ngram_stats_batch([doc.ngram_words for doc in need],
+                                                       [doc.ngram_run_starts for doc in need],
+                                                       [doc.ngram_other_chars for doc in need])):
             doc.__dict__["ngram_stats"] = stats      # fills the cached_property
         for row, doc in enumerate(docs):
             values, reason = evaluate(doc, by_lang[doc.lang][0])

@@ -12,6 +12,7 @@ partition-wide regex counts once per partition
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 
 import pyarrow as pa
@@ -20,6 +21,14 @@ from stages.heuristics.family import ratio
 from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.rules import batch_counts
 from stages.text import CJK_LANGS, PARAGRAPH_BREAK_RE, is_han_kana_word, quality_words
+
+# English characters per character of the same text in Japanese / Chinese:
+# the same 15 Debian Reference pages of /work/shared/corpus are 556k chars in
+# English, 401k in Japanese, 306k in Chinese (our measurement, as the ja/zh
+# short_line_chars of stages.heuristics.presets).
+EN_CHARS_PER_KANA_CHAR = 556 / 401
+EN_CHARS_PER_HAN_CHAR = 556 / 306
+_KANA_SEARCH = re.compile("[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]").search
 
 
 class Document:
@@ -30,12 +39,15 @@ class Document:
         lang: its ``langid_lang`` (str or None).
         short_line_chars: most characters of a FineWeb short line.
         bad_words: the C4 bad-word set for ``lang`` (empty: none).
+        langid_mix: langid's ``langid_mix`` (JSON ``{code: share of
+            letters}``), or None when the stage does not read it.
     """
 
     def __init__(self, text: str, lang: str | None, short_line_chars: int = 30,
                  bad_words: frozenset[str] = frozenset(),
-                 counts: dict[str, int] | None = None):
+                 counts: dict[str, int] | None = None, langid_mix: str | None = None):
         self.text = text
+        self.langid_mix = langid_mix
         self.lang = lang
         self.short_line_chars = short_line_chars
         self.bad_words = bad_words
@@ -101,13 +113,56 @@ class Document:
         return self.words if self.lang in CJK_LANGS else self.spaced_words
 
     @cached_property
+    def ngram_run_starts(self) -> list[int]:
+        """Indices into :attr:`ngram_words` where a run of adjacent words
+        begins after a left-out Han/kana part (empty for a CJK label or a page
+        without such parts). No n-gram spans such a gap: in
+        ``「Settings」を開き、「Displays」を選択`` the English words are
+        separate runs, not the 2-gram "Settings Displays" (which repeated
+        across a partly translated page, and the page's duplicated 5-gram
+        share rose above its English original's)."""
+        if self.lang in CJK_LANGS:
+            return []
+        starts, kept, gap = [], 0, False
+        for word in self.words:
+            if is_han_kana_word(word):
+                gap = True
+                continue
+            if gap and kept:
+                starts.append(kept)
+            gap = False
+            kept += 1
+        return starts
+
+    @cached_property
+    def ngram_other_chars(self) -> int:
+        """The words left out of :attr:`ngram_words` (the Han/kana words of a
+        non-CJK label; 0 otherwise), in English-equivalent characters: their
+        characters x :data:`EN_CHARS_PER_KANA_CHAR` (text with kana) or
+        :data:`EN_CHARS_PER_HAN_CHAR` (Han only), rounded. They count in the
+        denominator of the n-gram shares: a partly translated page whose
+        translated paragraphs are Japanese and whose untranslated remainder
+        is the repeated steps is judged as its English original would be,
+        not on the remainder alone (on dev, gnome-help printing-order as
+        zh/ja -> en scored 0.29 on the remainder, 0.20 as the English page)."""
+        if self.lang in CJK_LANGS:
+            return 0
+        raw = self.word_chars - sum(map(len, self.spaced_words))
+        if not raw:
+            return 0
+        scale = EN_CHARS_PER_KANA_CHAR if _KANA_SEARCH(self.text) else EN_CHARS_PER_HAN_CHAR
+        return round(raw * scale)
+
+    @cached_property
     def word_chars(self) -> int:
         """Characters in all words."""
         return sum(map(len, self.words))
 
     @cached_property
     def ngram_stats(self) -> dict[str, float | None]:
-        """Gopher's word n-gram repetition values of :attr:`ngram_words`,
+        """Gopher's word n-gram repetition values of :attr:`ngram_words`
+        (no n-gram spans a gap of :attr:`ngram_run_starts`; shares are over
+        the characters of all words, :attr:`ngram_other_chars` included),
         all from one pass over n.
 
         ``top_{n}gram_char_share`` (n = 2, 3, 4): characters covered by the
@@ -128,7 +183,8 @@ class Document:
         stops there. Short documents use Python dicts, long ones Arrow's hash
         dictionary encoding (same ids; measured crossover ~300 words).
         """
-        return ngram_stats_batch([self.ngram_words])[0]
+        return ngram_stats_batch([self.ngram_words], [self.ngram_run_starts],
+                                 [self.ngram_other_chars])[0]
 
 
 def _duplicate_fractions(items: list[str]) -> tuple[float | None, float | None]:

@@ -212,7 +212,8 @@ def test_this_repository_s_stage_and_ingest_digests():
     package = ["stages/heuristics/__init__.py", "stages/heuristics/c4.py", "stages/heuristics/cjk.py",
                "stages/heuristics/code.py", "stages/heuristics/family.py", "stages/heuristics/fineweb.py",
                "stages/heuristics/gopher_quality.py", "stages/heuristics/gopher_repetition.py",
-               "stages/heuristics/ngrams.py", "stages/heuristics/presets.py", "stages/heuristics/rules.py",
+               "stages/heuristics/ngrams.py", "stages/heuristics/page_shape.py",
+               "stages/heuristics/presets.py", "stages/heuristics/rules.py",
                "stages/heuristics/stage.py", "stages/heuristics/view.py"]
     assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "common/source.py", "pipeline/executor.py",
                                           "stages/__init__.py", "stages/base.py", *package, "stages/text.py"]

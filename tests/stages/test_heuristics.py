@@ -457,11 +457,13 @@ def test_each_family_module_holds_its_values_and_rules():
                 "code_line_fraction", "keyword_run_share", "navigation_line_fraction",
                 "zh_function_word_share"],
         "code": ["max_line_length", "mean_line_length", "alnum_char_share"],
+        "page_shape": ["second_language_share", "list_line_fraction"],
     }
     batch_counts = {"c4": ["lorem_ipsum"],
                     "cjk": ["unbroken_run", "abnormal_chars", "residue", "code_lines", "mojibake_fixed",
                             "mojibake_suspect"]}
-    assert H.FAMILIES == ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk", "code")
+    assert H.FAMILIES == ("gopher_quality", "gopher_repetition", "c4", "fineweb", "cjk", "code",
+                          "page_shape")
     assert H.Config.model_fields["disabled_families"].annotation.__args__[0].__args__ == H.FAMILIES
     for family in H.FAMILIES:
         module = importlib.import_module(f"stages.heuristics.{family}")
@@ -482,17 +484,19 @@ def test_registry_keeps_the_column_and_check_order():
     assert list(H.VALUES)[:9] == ["num_chars", "num_words", "symbol_word_ratio", "mean_word_length",
                                   "alpha_word_share", "bullet_line_fraction", "ellipsis_line_fraction",
                                   "stop_word_count", "duplicate_line_fraction"]
-    assert list(H.VALUES)[-11:] == ["unbroken_run", "residue_per_kchar", "mojibake_per_kchar",
+    assert list(H.VALUES)[-13:] == ["unbroken_run", "residue_per_kchar", "mojibake_per_kchar",
                                    "abnormal_char_share", "code_line_fraction", "keyword_run_share",
                                    "navigation_line_fraction", "zh_function_word_share", "max_line_length",
-                                   "mean_line_length", "alnum_char_share"]
-    assert len(H.VALUES) == 39
+                                   "mean_line_length", "alnum_char_share",
+                                   "second_language_share", "list_line_fraction"]
+    assert len(H.VALUES) == 41
     assert [r.name for r in H.RULES] == [
         "min_chars", "min_words", "max_words",
         "max_line_length", "max_mean_line_length", "min_alnum_char_share",
         "max_mojibake_per_kchar", "max_residue_per_kchar", "max_abnormal_char_share", "max_unbroken_run",
         "max_code_line_fraction", "max_keyword_run_share", "max_navigation_line_fraction",
         "min_zh_function_word_share",
+        "max_second_language_share", "max_list_line_fraction",
         "max_symbol_word_ratio", "min_mean_word_length", "max_mean_word_length", "min_alpha_word_share",
         "max_bullet_line_fraction", "max_ellipsis_line_fraction", "min_stop_words",
         "max_duplicate_line_fraction", "max_duplicate_line_char_fraction", "max_duplicate_paragraph_fraction",
