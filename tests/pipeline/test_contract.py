@@ -148,7 +148,9 @@ def test_the_config_crosses_processes_as_the_same_frozen_model():
         assert again == section and type(again) is type(section)
     zh = pickle.loads(pickle.dumps(cfg.heuristics)).thresholds["zh"]
     assert zh.min_stop_words is None                    # an explicit null survives the trip
-    assert zh.max_duplicate_5gram_char_share == 0.25
+    again = pickle.loads(pickle.dumps(cfg.heuristics))
+    assert again.for_language("zh").min_stop_words is None       # the config's null over the preset's 2
+    assert again.for_language("zh").max_duplicate_5gram_char_share == 0.30    # the preset's value
     with pytest.raises(Exception):
         cfg.seed = 1  # frozen
 
