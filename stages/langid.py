@@ -58,8 +58,10 @@ CJK_CODES = ("zh", "ja", "ko")
 # with this share has at least this probability of its script's language.
 # Our choice: one CJK character carries about what 3-4 Latin letters do (a
 # Chinese word is ~1.5 characters, an English one ~4.7 letters), so at a
-# quarter of the letters a line holds about as much CJK as Latin text; a
-# Traditional Chinese sentence with three Latin names is ~45% Han.
+# quarter of the letters a line holds about as much CJK as Latin text.
+# (The zh/ja/ko probabilities of any chunk with CJK letters go to its script
+# language whatever the share: a Traditional Chinese sentence with three
+# Latin names, 18% Han, is zh.)
 CJK_LINE_SHARE = 0.25
 # Kana at least this share of Han + kana make a chunk Japanese (and Han-only
 # chunks of such a document). Our measurement: see docs/stages/langid.md.
@@ -93,9 +95,9 @@ class Config(StageConfig):
 
     Language codes in ``allowed_languages`` and ``min_score_by_lang`` may be
     written as users write them (``nb``, ``zh-Hant``, ``cmn``, ``in``): they
-    are checked at validation and applied through
-    :func:`stages.lang_codes.canonical` (``nb`` keeps the documents lid.176
-    labels ``no``). The config keeps them as written (the published config
+    are applied through :func:`stages.lang_codes.canonical` (``nb`` keeps
+    the documents lid.176 labels ``no``); two ``min_score_by_lang`` keys
+    meaning one label (``nb``, ``no``) are a validation error. The config keeps them as written (the published config
     stays the user's); the codes applied are in the stage's effective
     settings (manifest ``stages.langid.settings``).
 
@@ -269,7 +271,10 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
     labels (``zh``/``yue``/``wuu`` summed into ``zh``; CJK labels decided
     by script, :func:`_chunk_probabilities`). The score of a language is
     its probability averaged over the chunks, weighted by each chunk's
-    letters. Ties are broken by code (deterministic).
+    letters (a Han character :data:`HAN_WEIGHT`, a kana :data:`KANA_WEIGHT`,
+    a hangul :data:`HANGUL_WEIGHT`); the language is chosen by
+    :func:`_ranked` (groups first). ``mix`` counts plain letters. Ties are
+    broken by code (deterministic).
 
     All chunks of all documents are cut first and then sent to the model
     in one tight loop: interleaving the model's calls with the cutting of
@@ -359,8 +364,8 @@ def mix_shares(letters: dict[str, int]) -> dict[str, float]:
 class LangIdStage(Stage):
     """Adds ``langid_lang`` (string), ``langid_score`` (float64, 0..1),
     ``langid_script`` (string: ``Hans``/``Hant`` for ``zh``, else null),
-    ``langid_top`` (string: JSON ``[[code, score], ...]``, best first, scores
-    rounded to 4 decimals) and ``langid_mix`` (string: JSON object
+    ``langid_top`` (string: JSON ``[[code, score], ...]``, the chosen
+    language first, then by score, scores rounded to 4 decimals) and ``langid_mix`` (string: JSON object
     ``{code: share of letters}``, shares rounded to 4 decimals summing to 1,
     sorted by share descending then code, ``{}`` when unknown; a hinted
     document is ``{hint: 1.0}``) to each document.
@@ -383,7 +388,8 @@ class LangIdStage(Stage):
         "langid_score": Column("double", "the model's probability of that language, 0..1", lineage=True,
                                digits=2),
         "langid_script": Column("string", "Hans or Hant for zh, else null"),
-        "langid_top": Column("string", "JSON [[code, score], ...], best first, scores to 4 decimals"),
+        "langid_top": Column("string", "JSON [[code, score], ...], the chosen language first, then by score, "
+                                       "scores to 4 decimals"),
         "langid_mix": Column("string", "JSON {code: share of letters}, shares to 4 decimals summing to 1, "
                                        "largest first"),
     }
