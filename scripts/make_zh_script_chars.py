@@ -1,5 +1,5 @@
 """Generate ``stages/data/zh_script_chars.json``: the characters that tell
-Simplified from Traditional Chinese, used by ``stages.langid.chinese_script``.
+Simplified from Traditional Chinese, used by ``stages.zh_script.chinese_script``.
 
 Source: OpenCC's character dictionaries ``STCharacters`` (Simplified -> one
 or more Traditional candidates) and ``TSCharacters`` (the reverse), as

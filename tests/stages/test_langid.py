@@ -9,7 +9,7 @@ import pyarrow as pa
 import pydantic
 import pytest
 
-from stages import langid
+from stages import langid, langid_chunks
 from stages.base import StageContext
 from stages.langid import Config, LangIdStage
 
@@ -26,6 +26,9 @@ CHINESE_LINES = [
     "专家认为，只有坚持绿色发展的道路，才能让这条母亲河继续滋养一代又一代的中华儿女。",
 ]
 TRADITIONAL = "長江是中國最長的河流，發源於青藏高原，自西向東流經十一個省，最後注入東海。"
+CHUNKING = {"min_chars": 10, "min_cjk_chars": 2, "chunk_chars": 1000, "paragraph_letters": 100,
+            "cjk_line_share": langid.CJK_LINE_SHARE, "max_chunks": 32}
+DATA = Path(__file__).parent / "data"
 
 
 def _ctx(tmp_path: Path) -> StageContext:
@@ -47,7 +50,7 @@ def _table(texts: list[str], hints: list[str | None] | None = None) -> pa.Table:
 
 def _run(tmp_path: Path, texts: list[str], hints=None, **config) -> list[dict]:
     out = LangIdStage(Config(**config), _ctx(tmp_path)).process(_table(texts, hints))
-    return out.select(["langid_lang", "langid_score", "langid_script", "langid_top",
+    return out.select(["langid_lang", "langid_score", "langid_script", "langid_top", "langid_mix",
                        "keep", "reason"]).to_pylist()
 
 
@@ -74,13 +77,15 @@ def test_chinese_with_english_menu_line_and_mixed_line_breaks_is_zh(tmp_path):
 def test_paragraphs_vote_by_length(tmp_path):
     # A long Chinese paragraph outweighs a short English one (blank line between).
     text = "".join(CHINESE_LINES) + "\n\n" + "Click here to read more news."
-    segs = langid.segments(text, 10, 500, 32)
-    assert [w for _, w in segs] == [sum(map(len, CHINESE_LINES)) - sum(
-        line.count(p) for line in CHINESE_LINES for p in "，。、"), 23]
+    han = sum(map(len, CHINESE_LINES)) - sum(line.count(p) for line in CHINESE_LINES for p in "，。、")
+    found, whole = langid_chunks.chunks(text, **CHUNKING)
+    assert [(c.letters, c.han) for c in found] == [(han, han), (23, 0)]
+    assert (whole.letters, whole.han, whole.kana, whole.hangul) == (han + 23, han, 0, 0)
     (row,) = _run(tmp_path, [text])
     assert row["langid_lang"] == "zh"
     top = dict(json.loads(row["langid_top"]))
-    assert 0.0 < top.get("en", 0.0) < 0.2
+    assert 0.0 < top.get("en", 0.0) < 0.05      # 23 letters against 201 Han x 2.9
+    assert json.loads(row["langid_mix"]) == {"zh": round(han / (han + 23), 4), "en": round(23 / (han + 23), 4)}
 
 
 def test_traditional_chinese_script(tmp_path):
@@ -141,8 +146,8 @@ def test_identify_many_equals_one_document_at_a_time():
     with pytest.raises(TypeError, match="list of str"):
         langid.identify_many(["ok", None], config)
     # zh + yue + wuu probabilities summed never give a score above 1
-    assert all(0.0 <= s <= 1.0 for top in langid.identify_many(texts, config) for _, s in top)
-    assert langid.identify_many(["", "!!"], config) == [[], []]
+    assert all(0.0 <= s <= 1.0 for found in langid.identify_many(texts, config) for _, s in found.top)
+    assert langid.identify_many(["", "!!"], config) == [([], {}), ([], {})]
 
 
 @pytest.mark.parametrize("text", ["", " \n\t \r\n ", "1234567890", "中", "!!! ... ???", "１２３４５６７８９０",
@@ -166,8 +171,9 @@ def test_lang_hint_skips_the_model(tmp_path, monkeypatch):
 
 
 def test_full_width_letters_count_as_letters():
-    assert langid.segments("Ｈｅｌｌｏ　Ｗｏｒｌｄ", 10, 500, 32) == [("Ｈｅｌｌｏ Ｗｏｒｌｄ", 10)]
-    assert langid.segments("Ｈｅｌｌｏ", 10, 500, 32) == []
+    (chunk,), _ = langid_chunks.chunks("Ｈｅｌｌｏ　Ｗｏｒｌｄ", **CHUNKING)
+    assert (chunk.start, chunk.end, chunk.letters) == (0, 11, 10)
+    assert langid_chunks.chunks("Ｈｅｌｌｏ", **CHUNKING)[0] == []
 
 
 def test_allow_list_and_min_score_reasons(tmp_path):
@@ -183,15 +189,53 @@ def test_allow_list_and_min_score_reasons(tmp_path):
     assert rows[0]["reason"] == "langid.not_allowed"
 
 
-def test_segments_have_no_line_breaks_and_are_capped():
+def test_chunks_cut_long_lines_join_short_ones_and_are_capped():
+    params = {**CHUNKING, "chunk_chars": 100, "max_chunks": 64}
     text = ("word " * 300 + "\r\n") * 3 + "\n\n" + "\u2028".join(["Zeile eins hier"] * 3)
-    segs = langid.segments(text, 10, 100, 32)
-    assert len(segs) == 2
-    assert all("\n" not in s and "\r" not in s and "\u2028" not in s for s, _ in segs)
-    assert [len(s) for s, _ in segs] == [100, len("Zeile eins hier") * 3 + 2]
-    assert segs[0][1] == 4 * 900
+    found, whole = langid_chunks.chunks(text, **params)
+    spans = [text[c.start:c.end] for c in found]
+    # 3 lines of 1,500 characters cut at spaces into pieces of at most 100,
+    # then the three short lines (one paragraph) join the last 4-letter piece
+    # (a paragraph break starts a chunk after 100 letters); the 4-letter tail
+    # of the first line, too long to join the next line's first piece, is too
+    # short (< min_chars) to be read alone
+    assert len(found) == 46 and max(len(s) for s in spans) == 100 and min(len(s) for s in spans[:-1]) >= 95
+    assert spans[-1] == "word \r\n\n\n" + "\u2028".join(["Zeile eins hier"] * 3)
+    assert sum(c.letters for c in found) == whole.letters - 4 == 3 * 1200 + 39 - 4
+    texts = [langid.model_text(" ".join(s.split())) for s in spans]
+    assert all(t.count("\n") == 1 and t.endswith("\n") and "\r" not in t and "\u2028" not in t for t in texts)
     many = "\n\n".join(f"paragraph number {i} here" for i in range(100))
-    assert len(langid.segments(many, 10, 100, 8)) == 8
+    capped, _ = langid_chunks.chunks(many, **{**params, "max_chunks": 8})
+    assert len(capped) == 8
+    # evenly spaced (chunk int(i * 33 / 8)) over the 33 chunks of 3-4 paragraphs (<= 100 chars)
+    assert [many[c.start:c.end].split()[2] for c in capped] == ["0", "15", "27", "39", "51", "63", "75", "87"]
+
+
+def test_short_table_rows_are_read_together_not_alone(tmp_path):
+    # A German man page: an English NAME line, then option rows of 1-3 words.
+    rows = ["-a  alle Einträge", "-d  nur Verzeichnisse", "-h  für Menschen lesbar",
+            "-l  langes Format", "-r  umgekehrte Reihenfolge", "-s  Größe anzeigen",
+            "-t  nach Zeit sortieren", "-1  eine Datei pro Zeile"]
+    text = "NAME\n  ls - list directory contents\n\nOPTIONEN\n" + "\n".join(rows) + "\n"
+    found, _ = langid_chunks.chunks(text, **CHUNKING)
+    assert len(found) == 1                  # 200 characters, no paragraph of 100 letters
+    (row,) = _run(tmp_path, [text])
+    assert (row["langid_lang"], row["reason"]) == ("de", None)
+
+
+def test_chunks_of_a_batch_equal_chunks_one_document_at_a_time(monkeypatch):
+    texts = [ENGLISH, "", "a\r", "\r\nb c d e f g h i j k l\r", "\n".join(CHINESE_LINES), "x" * 3000,
+             "erste Zeile\r\n\r\nnoch eine Zeile mit Wörtern"]
+    alone = [langid_chunks.chunks(t, **CHUNKING) for t in texts]
+    monkeypatch.setattr(langid_chunks, "BATCH_CHARS", 50)
+    assert langid_chunks.chunks_many(texts, **CHUNKING) == alone
+    monkeypatch.setattr(langid_chunks, "BATCH_CHARS", 1 << 20)
+    assert langid_chunks.chunks_many(texts, **CHUNKING) == alone
+    # \r\n\r\n is a blank line (a paragraph break), \r\n one break
+    found, _ = alone[-1]
+    assert [texts[-1][c.start:c.end].strip() for c in found] == ["erste Zeile\r\n\r\nnoch eine Zeile mit Wörtern"]
+    found, _ = langid_chunks.chunks(texts[-1], **{**CHUNKING, "paragraph_letters": 5})
+    assert [texts[-1][c.start:c.end].strip() for c in found] == ["erste Zeile", "noch eine Zeile mit Wörtern"]
 
 
 def test_config_rejects_unknown_keys_and_bad_scores():
@@ -210,9 +254,115 @@ def test_full_width_english_is_english_and_surrogates_do_not_break_the_model():
     config = Config()
     full_width = "Ｔｈｉｓ ｉｓ ａ ｆｕｌｌ－ｗｉｄｔｈ Ｅｎｇｌｉｓｈ ｓｅｎｔｅｎｃｅ ａｂｏｕｔ ｔｈｅ ｗｅａｔｈｅｒ ｔｏｄａｙ．"
     # lid.176 on the raw full-width text says Kannada (kn 0.74).
-    assert langid.identify_many([full_width], config)[0][0][0] == "en"
+    assert langid.identify_many([full_width], config)[0].top[0][0] == "en"
     # letters and digits become ASCII; full-width punctuation stays (a Chinese cue)
     assert langid.model_text("Ｅｎｇｌｉｓｈ１２，中文（注）") == "English12，中文（注）\n"
     assert langid.model_text("\ud800abc") == "\ufffdabc\n"
     [top] = langid.identify_many(["\ud800" * 20 + "This is an English sentence about the weather."], config)
-    assert top[0][0] == "en"
+    assert top.top[0][0] == "en"
+
+
+# Issue 15: documents of any shape, mixed pages, short CJK, locale codes.
+
+def test_paragraph_free_polish_chat_log_is_pl(tmp_path):
+    # 3,000 characters, no blank line, opening with English IRC status lines:
+    # the first 200 characters alone are "en" (0.81) for lid.176.
+    text = (DATA / "chat_pl.txt").read_text("utf-8")
+    assert len(text) > 3000 and "\n\n" not in text
+    (head,) = langid.load_model().f.predict(" ".join(text[:200].split()) + "\n", 1, 0.0, "replace")
+    assert head[1] == "__label__en"
+    (row,) = _run(tmp_path, [text])
+    assert (row["langid_lang"], row["reason"]) == ("pl", None)
+    assert row["langid_score"] > 0.95
+    assert json.loads(row["langid_mix"]) == {"pl": 1.0}
+
+
+def test_traditional_chinese_with_three_latin_names_is_zh_hant(tmp_path):
+    text = "本軟體由 Linus Torvalds、Richard Stallman 及 Guido van Rossum 共同維護"
+    top = langid.load_model().f.predict(text + "\n", 2, 0.0, "replace")
+    assert [label for _, label in top] == ["__label__ja", "__label__zh"]     # ja 0.72, zh 0.16
+    (row,) = _run(tmp_path, [text])
+    assert (row["langid_lang"], row["langid_script"], row["reason"]) == ("zh", "Hant", None)
+    assert row["langid_score"] > 0.85           # the ja and zh probabilities go to zh
+    assert json.loads(row["langid_mix"]) == {"zh": 1.0}
+
+
+def test_short_cantonese_line_is_zh_not_unknown(tmp_path):
+    rows = _run(tmp_path, ["佢哋喺度食緊飯呀", "中文", "概要", "中"])
+    assert [(r["langid_lang"], r["reason"]) for r in rows] == [
+        ("zh", None), ("zh", None), ("zh", None), (None, "langid.unknown")]
+    # 概要: lid.176 knows neither character (en 0.12); two Han letters are zh by script
+    assert rows[2]["langid_score"] == 1.0
+    assert rows[0]["langid_script"] == "Hant" and rows[0]["langid_mix"] == '{"zh": 1.0}'
+
+
+def test_kana_means_ja_hangul_means_ko_and_kanji_headings_follow_the_page(tmp_path):
+    japanese = "設定\n\nこのコマンドはバイナリーパッケージとソースパッケージをビルドする作業をすべて行ってくれます。"
+    rows = _run(tmp_path, [japanese, "한국어 문서입니다", "大韓民國"])
+    assert [r["langid_lang"] for r in rows] == ["ja", "ko", "zh"]
+    assert json.loads(rows[0]["langid_mix"]) == {"ja": 1.0}
+
+
+NORWEGIAN = ("Norsk er et nordgermansk språk som snakkes av rundt fem millioner mennesker, "
+             "først og fremst i Norge, hvor det er offisielt språk. Sammen med svensk og dansk "
+             "danner norsk et dialektkontinuum av mer eller mindre gjensidig forståelige språk.")
+
+
+def test_locale_codes_in_allow_list_and_thresholds(tmp_path):
+    (plain,) = _run(tmp_path, [NORWEGIAN])
+    assert plain["langid_lang"] == "no"          # lid.176 has no nb label
+    rows = _run(tmp_path, [NORWEGIAN, ENGLISH], allowed_languages=["nb", "eng"])
+    assert [(r["langid_lang"], r["reason"]) for r in rows] == [("no", None), ("en", None)]
+    rows = _run(tmp_path, [NORWEGIAN, "".join(CHINESE_LINES)], allowed_languages=["nob", "zh-Hant", "cmn"])
+    assert [r["reason"] for r in rows] == [None, None]
+    (row,) = _run(tmp_path, [NORWEGIAN], min_score_by_lang={"nb": 0.999})
+    assert row["reason"] == "langid.low_score"
+    with pytest.raises(pydantic.ValidationError, match="'nb' and 'no' both mean language 'no'"):
+        Config(min_score_by_lang={"nb": 0.5, "no": 0.6})
+    # the published config keeps the user's codes; the effective settings the labels applied
+    config = Config(allowed_languages=["nb", "zh-Hant", "en", "code"], min_score_by_lang={"nb": 0.7})
+    assert config.allowed_languages == ["nb", "zh-Hant", "en", "code"]
+    assert LangIdStage.effective_settings(config) == {
+        "allowed_languages": ["code", "en", "no", "zh"], "min_score_by_lang": {"no": 0.7}}
+
+
+def test_mixed_page_mix_column(tmp_path, monkeypatch):
+    japanese = ("バックアップを取る頻度は、バックアップを取るデータの種類に依存します。たとえば、"
+                "クリティカルなデータをサーバーに保存しているのであれば、毎晩のバックアップでさえ不十分でしょう。")
+    english = ("How often you should back up depends on the type of data. If critical data is "
+               "stored on your servers, even nightly backups may not be enough.")
+    rows = _run(tmp_path, [japanese + "\n\n" + english, ENGLISH, "print(1)"], hints=[None, None, "code"])
+    found, _ = langid_chunks.chunks(japanese + "\n\n" + english, **CHUNKING)
+    ja_letters, en_letters = found[0].letters, found[1].letters
+    assert (ja_letters, en_letters) == (83, 112)
+    assert rows[0]["langid_mix"] == json.dumps({"en": round(112 / 195, 4), "ja": round(83 / 195, 4)})
+    # the vote weighs a kana or kanji as the English letters it stands for: ja
+    # wins (0.55 to 0.42; letters alone: en 0.54 to 0.43)
+    assert rows[0]["langid_lang"] == "ja"
+    monkeypatch.setattr(langid, "HAN_WEIGHT", 1.0)
+    monkeypatch.setattr(langid, "KANA_WEIGHT", 1.0)
+    assert _run(tmp_path, [japanese + "\n\n" + english])[0]["langid_lang"] == "en"
+    assert [r["langid_mix"] for r in rows[1:]] == ['{"en": 1.0}', '{"code": 1.0}']
+    assert langid.mix_shares({"a": 1, "b": 1, "c": 1}) == {"a": 0.3334, "b": 0.3333, "c": 0.3333}
+    assert langid.mix_shares({}) == {}
+
+
+def test_serbian_page_with_english_paragraphs_is_not_english(tmp_path, monkeypatch):
+    # lid.176 splits Serbian (Latin) between sr, hr, bs and sh; the group is
+    # chosen first (their summed score), then its best member.
+    serbian = ("Možete da podesite računar da se automatski isključi posle određenog vremena "
+               "neaktivnosti. Otvorite podešavanja napajanja i izaberite koliko dugo računar "
+               "čeka pre nego što pređe u stanje mirovanja.")
+    more = "Ako je baterija skoro prazna, računar će sam preći u stanje mirovanja da biste sačuvali podatke."
+    english = ("Click Power in the sidebar to open the panel. The screen turns off after five "
+               "minutes of inactivity, and the computer suspends after fifteen minutes.")
+    text = "\n\n".join([serbian, english, more])
+    (row,) = _run(tmp_path, [text])
+    top = json.loads(row["langid_top"])
+    assert [code for code, _ in top] == ["sr", "en", "hr"] and row["reason"] is None
+    # sr scores the group: sr 0.26 + hr 0.17 + the rest
+    assert top[0][1] == round(row["langid_score"], 4) == 0.5583
+    assert json.loads(row["langid_mix"]) == {"sr": 0.4553, "en": 0.3306, "hr": 0.2141}
+    monkeypatch.setattr(langid, "_GROUP_OF", {})
+    (row,) = _run(tmp_path, [text])
+    assert (row["langid_lang"], row["reason"]) == ("en", "langid.low_score")      # en 0.29
