@@ -105,9 +105,10 @@ class Config(StageConfig):
         allowed_languages: language codes kept; None keeps every language.
             Codes given by ``lang_hint`` (e.g. ``code``) must be listed too
             when this is set.
-        min_score: the least document score (letter-weighted mean
-            probability of the chosen language over the chunks, 0..1) to
-            keep a document. Default 0.5: CCNet (Wenzek et al. 2020) keeps
+        min_score: the least document score (``langid_score``: the
+            letter-weighted mean over the chunks of the probability of each
+            chunk's own language, 0..1; see :class:`Identified`
+            ``confidence``) to keep a document. Default 0.5: CCNet (Wenzek et al. 2020) keeps
             documents whose fastText language score is at least 0.5;
             FineWeb uses 0.65 for English only. See docs/stages/langid.md
             for the share it drops on /work/shared/corpus.
@@ -224,10 +225,21 @@ class Identified(NamedTuple):
             with sr 0.22, hr 0.12, sh 0.09 would fall below ``min_score``).
         mix: ``{code: share}``: the share of the identified letters in
             chunks whose best language is ``code`` (shares sum to 1).
+        confidence: how surely the text is identified, 0..1, None without
+            chunks: the weighted mean over the chunks of the probability of
+            each chunk's *own* best language (group-summed like ``top``).
+            It equals the document language's score for a one-language
+            document; a page of English and Japanese paragraphs, each
+            identified at 0.95, has confidence 0.95 where the score of its
+            top language is about half that. ``langid_score`` and
+            ``langid.low_score`` use it, so that a mixed page is not dropped
+            as unidentifiable (the mix is ``mix``'s to report, and
+            ``heuristics.max_second_language_share``'s to drop on purpose).
     """
 
     top: list[tuple[str, float]]
     mix: dict[str, float]
+    confidence: float | None = None
 
 
 def _chunk_probabilities(prediction, chunk: Chunk, whole: Chunk) -> dict[str, float]:
@@ -305,6 +317,7 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
         scores: dict[str, float] = {}
         letters: dict[str, int] = {}
         total = 0
+        sure = 0.0
         for chunk in doc_chunks:
             probs = _chunk_probabilities(predictions[at], chunk, whole)
             at += 1
@@ -316,6 +329,9 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
             if probs:
                 best = min(probs.items(), key=lambda cp: (-cp[1], cp[0]))[0]
                 letters[best] = letters.get(best, 0) + chunk.letters
+                own = _GROUP_OF.get(best)
+                sure += weight * (probs[best] if own is None else
+                                  sum(v for c, v in probs.items() if _GROUP_OF.get(c) == own))
         ranked = _ranked(scores)[: config.top_k]
         # the chosen language scores its group's summed probability
         group = _GROUP_OF.get(ranked[0]) if ranked else None
@@ -324,7 +340,7 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
             found[ranked[0]] = sum(v for c, v in scores.items() if _GROUP_OF.get(c) == group)
         # min: the summed zh/yue/wuu probabilities can exceed 1 by float rounding
         top = [(code, min(found[code] / total, 1.0)) for code in ranked]
-        out.append(Identified(top, mix_shares(letters)))
+        out.append(Identified(top, mix_shares(letters), min(sure / total, 1.0) if total else None))
     return out
 
 
@@ -385,7 +401,8 @@ class LangIdStage(Stage):
     columns = {
         "langid_lang": Column("string", "language code (lid.176 label, e.g. en, zh), null when unknown",
                               lineage=True),
-        "langid_score": Column("double", "the model's probability of that language, 0..1", lineage=True,
+        "langid_score": Column("double", "how surely the text is identified: mean probability of each chunk's "
+                                         "own language, 0..1", lineage=True,
                                digits=2),
         "langid_script": Column("string", "Hans or Hant for zh, else null"),
         "langid_top": Column("string", "JSON [[code, score], ...], the chosen language first, then by score, "
@@ -415,8 +432,9 @@ class LangIdStage(Stage):
         found = iter(identify_many([t for t, h in zip(texts, hints) if h is None], config))
         langs, scores, scripts, tops, mixes, reasons = [], [], [], [], [], []
         for text, hint in zip(texts, hints):
-            top, mix = ([(hint, 1.0)], {hint: 1.0}) if hint is not None else next(found)
-            lang, score = top[0] if top else (None, None)
+            top, mix, confidence = ([(hint, 1.0)], {hint: 1.0}, 1.0) if hint is not None else next(found)
+            lang = top[0][0] if top else None
+            score = confidence if top else None
             langs.append(lang)
             scores.append(score)
             scripts.append(chinese_script(text) if lang == "zh" else None)
