@@ -5,7 +5,10 @@ Measures, on text no default was tuned on (:mod:`bench.multi_split`):
 * **language ID**: the stage's ``langid_lang`` against the record's gold
   language, next to the bare lid.176 model (``predict``, k=1, on the whole
   document with its whitespace folded to single spaces), per source, per
-  language and for documents of at least 200 characters;
+  language and for documents of at least 200 characters; on partly
+  translated pages (10-40% untranslated English, judged against their
+  locale's language) and on other shapes of the gold documents
+  (:func:`shape_variants`);
 * **drop shares**: the share of well-formed documentation each quality stage
   drops, per detected language (the preset that judged it) and per reason;
   *well-formed* = every held-out page except the aptitude ``ld-idm*`` pages,
@@ -240,6 +243,17 @@ def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict, 
         c["bare"] += correct(bare[r["id"]], g)
         if not correct(stage, g):
             confusions[f"{g}->{stage}"] += 1
+
+    # partly translated pages: 10-40% of the prose is untranslated English, so
+    # the page's language is still its locale's (the bare model and the stage
+    # are both judged against it)
+    partly = [r for r in docs if r["bench_kind"] == "doc" and r["lang"] not in ("en", "he")
+              and 0.1 < ((r.get("meta") or {}).get("en_identical_frac") or 0) <= 0.4]
+    c = lid["partly English pages (10-40%)"]
+    for r, bare_label in zip(partly, bare_labels([r["text"] for r in partly])):
+        c["n"] += 1
+        c["stage"] += correct(decided[r["id"]][0], r["lang"])
+        c["bare"] += correct(bare_label, r["lang"])
 
     drops: dict[str, Counter] = defaultdict(Counter)
     for r in docs:
