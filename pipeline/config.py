@@ -38,6 +38,7 @@ import yaml
 from pipeline.contract import contract_errors
 from pipeline.writer import MAX_SEQ_LENGTH
 from stages import RegistryError, stage_class, stage_names
+from stages.lang_codes import unknown_codes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -298,6 +299,13 @@ def _cross_checks(cfg) -> list[str]:
             errors.append(f"mixture.weights: no weight for source(s) {', '.join(sorted(missing))} "
                           "(a token budget needs a weight for every source)")
     errors += contract_errors(cfg)
+    declared = {src.lang for src in cfg.sources.values() if src.lang}
+    for name in stage_names(cfg.plugins):
+        for field, codes in getattr(cfg, name).language_codes().items():
+            bad = unknown_codes(codes, declared)
+            if bad:
+                errors.append(f"{name}.{field}: {', '.join(map(repr, bad))}: not a language code lid.176 gives "
+                              f"(ISO 639-1 such as en, zh, nb; see docs/stages/langid.md) nor a source's lang")
     ref = cfg.perplexity.reference_source
     if cfg.perplexity.enabled and ref is None:
         errors.append("perplexity.reference_source: required key is missing (the source whose documents train "

@@ -75,6 +75,13 @@ class BaseStageConfig(pydantic.BaseModel):
         why (:attr:`requires` unless a stage overrides it)."""
         return dict(self.requires)
 
+    def language_codes(self) -> dict[str, list[str]]:
+        """The language codes this section names, by field (``{"allowed_languages":
+        ["en", "nb"]}``), so that the build config can refuse a code no
+        document can carry (``stages.lang_codes.unknown_codes``) before any
+        work. Default: none."""
+        return {}
+
 
 class StageConfig(BaseStageConfig):
     """Base of a stage's typed config, for a stage a build may leave out

@@ -29,6 +29,17 @@ from functools import lru_cache
 # ``ms``.
 TO_LABEL = {"nb": "no", "nob": "no", "fil": "tl", "cmn": "zh", "yue": "zh", "wuu": "zh",
             "zsm": "ms", "zho": "zh", "chi": "zh"}
+#: The 176 labels of lid.176 (``lid.176.ftz``, read from the model's
+#: predictions; ``yue``/``wuu`` are merged into ``zh`` by stages.langid).
+LID_LABELS = frozenset("""
+af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce ceb ckb co cs cv cy da
+de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl gn gom gu gv he hi hif hr hsb ht hu hy ia id
+ie ilo io is it ja jbo jv ka kk km kn ko krc ku kv kw ky la lb lez li lmo lo lrc lt lv mai mg mhr min mk ml mn
+mr mrj ms mt mwl my myv mzn nah nap nds ne new nl nn no oc or os pa pam pfl pl pms pnb ps pt qu rm ro ru rue sa
+sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg th tk tl tr tt tyv ug uk ur uz vec vep vi vls vo wa war
+wuu xal xmf yi yo yue zh""".split())
+#: The labels a document can get: lid.176's, less the merged Chinese ones.
+DOCUMENT_LABELS = LID_LABELS - {"yue", "wuu"}
 # lid.176 labels that langcodes would rewrite (kept as lid.176 spells them).
 _LID_AS_IS = {"sh", "tl", "no", "nn"}
 
@@ -87,4 +98,24 @@ def canonical_keys(mapping: dict[str, object], what: str) -> dict[str, object]:
             raise ValueError(f"{what}: {written[label]!r} and {key!r} both mean language {label!r}")
         out[label] = value
         written[label] = key
+    return out
+
+
+def unknown_codes(codes, declared=()) -> list[str]:
+    """The codes of ``codes`` that no document can be labelled with: not a
+    lid.176 label after :func:`canonical`, not ``default``, and not in
+    ``declared`` (the languages sources declare, e.g. ``code``).
+
+    Args:
+        codes: iterable of str.
+        declared: codes that sources give their documents (``lang``).
+
+    Returns:
+        list[str]: the unknown codes as written, in order, without repeats.
+    """
+    known = DOCUMENT_LABELS | {"default"} | {canonical(d) for d in declared}
+    out = []
+    for code in codes:
+        if isinstance(code, str) and canonical(code) not in known and code not in out:
+            out.append(code)
     return out

@@ -163,6 +163,19 @@ class Config(StageConfig):
         canonical_keys(value, "min_score_by_lang")
         return value
 
+    @pydantic.field_validator("allowed_languages")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty allow-list would drop every document; leave allowed_languages out "
+                             "(null) to keep every language")
+        return value
+
+    def language_codes(self) -> dict[str, list[str]]:
+        """The codes of ``allowed_languages`` and ``min_score_by_lang``."""
+        return {"allowed_languages": list(self.allowed_languages or []),
+                "min_score_by_lang": list(self.min_score_by_lang)}
+
     def allowed_labels(self) -> set[str] | None:
         """``allowed_languages`` as document labels (``nb`` -> ``no``), or
         None (every language)."""

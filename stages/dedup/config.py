@@ -128,6 +128,13 @@ class Config(StageConfig):
             return {"perplexity_value": "keep: lowest_perplexity picks each cluster's keeper by it"}
         return {}
 
+    def language_codes(self) -> dict[str, list[str]]:
+        """The codes of ``line_skip_languages`` when the config sets it (the
+        default, ``code``, names the code sources' usual ``lang``)."""
+        if "line_skip_languages" not in self.model_fields_set:
+            return {}
+        return {"line_skip_languages": list(self.line_skip_languages)}
+
     @pydantic.field_validator("line_skip_languages")
     @classmethod
     def _canonical_languages(cls, value: tuple[str, ...]) -> tuple[str, ...]:

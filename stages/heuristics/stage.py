@@ -22,6 +22,7 @@ from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.presets import PRESETS, Thresholds
 from stages.heuristics.rules import INT_VALUES, RULES, VALUES, batch_counts, evaluate
 from stages.heuristics.view import Document
+from stages.lang_codes import canonical_keys
 from stages.text import CJK_LANGS
 
 
@@ -48,6 +49,19 @@ class Config(StageConfig):
     disabled_families: list[Literal["gopher_quality", "gopher_repetition", "c4", "fineweb",
                                     "cjk", "code", "page_shape"]] = []
     bad_words: dict[str, list[str]] = {}
+
+    @pydantic.field_validator("thresholds", "bad_words", mode="before")
+    @classmethod
+    def _canonical_keys(cls, value, info):
+        """Language keys as document labels (``nb`` -> ``no``, ``zh-Hant`` ->
+        ``zh``; ``default`` kept); two keys of one label are an error."""
+        if isinstance(value, dict):
+            return canonical_keys({str(k): v for k, v in value.items()}, info.field_name)
+        return value
+
+    def language_codes(self) -> dict[str, list[str]]:
+        """The language keys of ``thresholds`` and ``bad_words``."""
+        return {"thresholds": list(self.thresholds), "bad_words": list(self.bad_words)}
 
     @pydantic.field_serializer("thresholds")
     def _only_given(self, thresholds: dict[str, Thresholds]) -> dict[str, dict[str, Any]]:
@@ -107,7 +121,7 @@ class Config(StageConfig):
         ``default`` entry. Sorted by language, so equal configs give equal
         JSON.
         """
-        langs = set(PRESETS) | set(self.thresholds) | set(self.bad_words) | set(CJK_LANGS)
+        langs = set(PRESETS) | set(self.thresholds) | set(self.bad_words) | (set(CJK_LANGS) - {"yue", "wuu"})
         return {lang: self.for_language(lang).model_dump(exclude_none=True) for lang in sorted(langs)}
 
 

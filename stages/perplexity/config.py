@@ -179,7 +179,7 @@ class Config(StageConfig):
     @classmethod
     def _canonical_keys(cls, value, info):
         if isinstance(value, dict):
-            return canonical_keys({str(k): v for k, v in value.items()}, f"perplexity.{info.field_name}")
+            return canonical_keys({str(k): v for k, v in value.items()}, info.field_name)
         return value
 
     @pydantic.field_validator("languages", "require_models", mode="before")
@@ -188,6 +188,13 @@ class Config(StageConfig):
         if isinstance(value, list):
             return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
         return value
+
+    def language_codes(self) -> dict[str, list[str]]:
+        """The codes this section names, by field."""
+        return {"languages": list(self.languages or []), "max_perplexity": list(self.max_perplexity),
+                "models": list(self.models), "word_salad_max_ratio": list(self.word_salad_max_ratio),
+                "word_salad_max_perplexity": list(self.word_salad_max_perplexity),
+                "require_models": list(self.require_models)}
 
     @pydantic.field_validator("word_salad_max_ratio")
     @classmethod
