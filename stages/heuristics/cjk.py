@@ -10,6 +10,8 @@ thresholds: they are ours, measured on /work/shared/corpus
 
 from __future__ import annotations
 
+from collections import Counter
+
 import functools
 import re
 import unicodedata
@@ -204,17 +206,37 @@ def keyword_run_share(doc: Document) -> float | None:
 
 def navigation_line_fraction(doc: Document) -> float | None:
     """Share of non-blank lines that are menu items or headings: at most
-    ``short_line_chars`` characters and no sentence punctuation
-    (``，。！？；：、…`` or ASCII ``,.!?;:``). A page of menus and section
-    titles is near 1.0; poetry is short lines *with* punctuation. None for
+    ``short_line_chars`` characters, no sentence punctuation
+    (``，。！？；：、…`` or ASCII ``,.!?;:``) and no modern sentence particle
+    (:data:`_PARTICLES`). A page of menus and section titles is near 1.0;
+    poetry is short lines with punctuation, particles, or (verse printed
+    without punctuation) of one length (:data:`VERSE_MIN_CHARS`, then 0.0). None for
     a document of fewer than 5 non-blank lines (too few to tell; the rule
     then passes)."""
     lines = doc.lines
     if len(lines) < 5:
         return None
     limit = doc.short_line_chars
-    nav = sum(1 for line in lines if len(line) <= limit and _SENTENCE_PUNCT.isdisjoint(line))
-    return nav / len(lines)
+    nav = [len(line) for line in lines
+           if len(line) <= limit and _SENTENCE_PUNCT.isdisjoint(line) and _PARTICLES.isdisjoint(line)]
+    if nav:
+        length, count = Counter(nav).most_common(1)[0]
+        if length >= VERSE_MIN_CHARS and count >= VERSE_SHARE * len(nav):
+            return 0.0     # regular verse written without punctuation (五言/七言 lines)
+    return len(nav) / len(lines)
+
+
+#: Modern Chinese sentence particles: a short line holding one is a line of a
+#: sentence (lyrics, modern poetry: 你问我爱你有多深), not a menu item.
+_PARTICLES = frozenset("的了着过吗呢吧啊么")
+#: Unpunctuated lines of one length >= 5 characters, most of the short lines:
+#: regular verse (a Tang quatrain printed one line per verse: 床前明月光 /
+#: 疑是地上霜 / ...), not a menu, whose items are 2-4 characters of
+#: different lengths (首页 / 新闻中心 / 产品展示 / 联系我们). Our choice from
+#: the hostile test's poems and the navigation test page; menus of 5-character
+#: items in one length would pass.
+VERSE_MIN_CHARS = 5
+VERSE_SHARE = 0.6
 
 
 def abnormal_char_share(doc: Document) -> float | None:

@@ -146,3 +146,36 @@ def test_real_mojibake_is_still_dropped():
 ])
 def test_quality_words(text, lang, expected):
     assert quality_words(text, lang) == expected
+
+
+# UDHR article 1 (public domain translations, unicode.org/udhr) in scripts
+# written without spaces between words (th, km), with the tsheg for a space
+# (bo), and with long agglutinated words (ml).
+UNSPACED = {
+    "th": "มนุษย์ทั้งหลายเกิดมามีอิสระและเสมอภาคกันในเกียรติศักดิ์และสิทธิ ต่างมีเหตุผลและมโนธรรม "
+          "และควรปฏิบัติต่อกันด้วยเจตนารมณ์แห่งภราดรภาพ",
+    "km": "មនុស្សទាំងអស់ កើតមកមានសេរីភាព និងសមភាព ក្នុងផ្នែកសេចក្ដីថ្លៃថ្នូរ និងសិទ្ធិ។ មនុស្ស "
+          "មានវិចារណញ្ញាណ និងសតិសម្បជញ្ញៈ ហើយត្រូវប្រព្រឹត្ដចំពោះគ្នាទៅវិញទៅមក ក្នុងស្មារតីភាតរភាពជាបងប្អូន។",
+    "bo": "འགྲོ་བ་མིའི་རིགས་རྒྱུད་ཡོངས་ལ་སྐྱེས་ཙམ་ཉིད་ནས་ཆེ་མཐོངས་དང༌། ཐོབ་ཐངགི་རང་དབང་འདྲ་མཉམ་དུ་ཡོད་ལ། "
+          "ཁོང་ཚོར་རང་བྱུང་གི་བློ་རྩལ་དང་བསམ་ཚུལ་བཟང་པོ་འདོར་མི་རུང་བ་ཡོད།",
+    "ml": "മനുഷ്യരെല്ലാവരും തുല്യാവകാശങ്ങളോടും അന്തസ്സോടും സ്വാതന്ത്ര്യത്തോടുംകൂടി ജനിച്ചിട്ടുള്ളവരാണ്‌. "
+          "അന്യോന്യം ഭ്രാതൃഭാവത്തോടെ പെരുമാറുവാനാണ്‌ മനുഷ്യന്നു വിവേകബുദ്ധിയും മനസ്സാക്ഷിയും "
+          "സിദ്ധമായിരിക്കുന്നത്‌.",
+}
+
+
+@pytest.mark.parametrize("lang, default_reason", [
+    ("bo", "heuristics.min_mean_word_length"), ("km", "heuristics.max_mean_word_length"),
+    ("ml", "heuristics.max_mean_word_length"), ("th", "heuristics.min_words")])
+def test_scripts_without_spaced_words_are_kept(lang, default_reason):
+    (reason,) = _process([UNSPACED[lang]], [lang])["reason"].to_pylist()
+    assert reason is None
+    # under the default preset the same text is dropped by a word rule
+    assert _process([UNSPACED[lang]], ["xx"])["reason"].to_pylist() == [default_reason]
+
+
+def test_unpunctuated_verse_is_not_a_navigation_page():
+    quatrain = "静夜思\n李白\n床前明月光\n疑是地上霜\n举头望明月\n低头思故乡"
+    table = _process([quatrain, NAVIGATION_ONLY], ["zh", "zh"])
+    assert table["reason"].to_pylist() == [None, "heuristics.max_navigation_line_fraction"]
+    assert table["heuristics_navigation_line_fraction"].to_pylist()[0] == 0.0
