@@ -66,9 +66,23 @@ def _punctuation_res() -> tuple[re.Pattern, re.Pattern]:
             re.compile(f"[{_char_class(ps(0x10000, 0x20000))}]+"))
 
 
+# Invisible format characters (Unicode Cf: ZWSP, ZWNJ, ZWJ, LRM/RLM, bidi
+# embeddings and isolates, BOM, soft hyphen, tags): removed before
+# comparing, so a copy padded or interleaved with them equals its original
+# (hostile test: an Arabic text wrapped in U+202B...U+202C was kept over the
+# clean one as "longer"). Cf characters live in planes 0, 1 and 14 only.
+_FORMAT_CHARS = {cp: None for cp in (*range(0x20000), *range(0xE0000, 0xE0080))
+                 if unicodedata.category(chr(cp)) == "Cf"}
+_FORMAT_RE = re.compile("[" + "".join(re.escape(chr(cp)) for cp in _FORMAT_CHARS) + "]")
+_FORMAT_RE2 = r"\p{Cf}+"
+
+
 def exact_normalize(text: str) -> str:
-    """Normalization for exact dedup: NFKC, casefold, whitespace runs -> one
-    space, stripped. ``"Ｈｅｌｌｏ  World\\n"`` -> ``"hello world"``."""
+    """Normalization for exact dedup: format characters (Cf) removed, NFKC,
+    casefold, whitespace runs -> one space, stripped.
+    ``"Ｈｅｌｌｏ \\u200b World\\n"`` -> ``"hello world"``."""
+    if not text.isascii() and _FORMAT_RE.search(text):
+        text = text.translate(_FORMAT_CHARS)
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
@@ -106,7 +120,8 @@ def near_normalize_batch(texts: list[str]) -> list[str]:
     """
     if not texts:
         return []
-    arr = pc.utf8_normalize(pa.array([t or "" for t in texts], pa.string()), "NFKC")
+    arr = pc.utf8_normalize(pc.replace_substring_regex(pa.array([t or "" for t in texts], pa.string()),
+                                                      _FORMAT_RE2, ""), "NFKC")
     folded = pa.array([t.casefold() for t in arr.to_pylist()], pa.string())
     return pc.utf8_trim(pc.replace_substring_regex(folded, _NEAR_RE2, " "), " ").to_pylist()
 

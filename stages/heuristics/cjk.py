@@ -30,13 +30,16 @@ FAMILY = "cjk"
 
 # Patterns run over a whole partition at once with Arrow's RE2 kernels
 # (``pyarrow.compute``; ~10x faster than one Python ``re`` call per document).
-# Characters that are neither letters, marks, digits, whitespace, punctuation
-# nor printable ASCII: non-ASCII symbols (box drawing, emoji, math, dingbats),
+# Characters that are neither letters, marks, digits, whitespace, punctuation,
+# format characters nor printable ASCII: non-ASCII symbols (box drawing, emoji, math, dingbats),
 # private-use, unassigned and control characters.
 # Whitespace as str.isspace sees it: RE2's \s is ASCII only, so the Unicode
 # separators (\p{Z}: U+3000 ideographic space, NBSP, U+2028/2029) and the
 # other control-character line breaks are listed.
-_ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\p{Z}\p{P}\t\n\x0b\x0c\r\x1c-\x1f\x85\x21-\x7e]"
+# Invisible format characters (\p{Cf}: ZWSP, ZWNJ, ZWJ, LRM/RLM, bidi marks)
+# are orthography or layout, not noise (Persian ZWNJ, RLM in Arabic, ZWSP word
+# breaks, the ZWJ of emoji sequences): not abnormal (hostile test).
+_ABNORMAL_RE2 = r"[^\p{L}\p{M}\p{N}\p{Z}\p{P}\p{Cf}\t\n\x0b\x0c\r\x1c-\x1f\x85\x21-\x7e]"
 # Escape and markup residue: JSON/C escapes left as text (\u00e9, \x41, a
 # literal \n), HTML entities, HTML tags.
 _RESIDUE_RE2 = (

@@ -399,7 +399,10 @@ def test_keep_lowest_perplexity(tmp_path):
 
 
 @pytest.mark.parametrize("padded", ["  The  quick brown fox\tjumps over the lazy dog,\n\n  near the river bank. \n",
-                                    "The quick brown fox -- jumps over the lazy dog, ... near the river bank!!"])
+                                    "The quick brown fox -- jumps over the lazy dog, ... near the river bank!!",
+                                    # invisible format characters: a bidi embedding, ZWSPs, a BOM
+                                    "\u202bThe quick brown\u200b fox jumps over the lazy dog, near the river "
+                                    "bank.\u202c" + "\u200b" * 20 + "\ufeff"])
 def test_padded_copy_never_beats_its_clean_original(tmp_path, padded):
     clean = "The quick brown fox jumps over the lazy dog, near the river bank."
     rows = [{"id": "a:padded", "text": padded, "lang": "en"}, {"id": "b:clean", "text": clean, "lang": "en"},
