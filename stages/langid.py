@@ -340,7 +340,7 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
             for code, prob in probs.items():
                 scores[code] = scores.get(code, 0.0) + prob * weight
             if probs:
-                best = min(probs.items(), key=lambda cp: (-cp[1], cp[0]))[0]
+                best = _ranked(probs)[0]    # groups first, as the document's language
                 letters[best] = letters.get(best, 0) + chunk.letters
                 own = _GROUP_OF.get(best)
                 sure += weight * (probs[best] if own is None else
