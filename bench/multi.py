@@ -28,7 +28,7 @@ default config (``configs/default.yaml``) except: every language allowed,
 the sources above (plus the default's KenLM reference source), mixture
 weights equal. Results: ``out/multi.json`` and the returned Markdown.
 
-    .venv/bin/python -m bench.multi [--out bench-results] [--part heldout] [--workers 2]
+    .venv/bin/python -m bench.multi [--out bench-results] [--part heldout] [--workers 2] [--multi DIR]
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def _write_jsonl_zst(path: Path, rows: list[dict]) -> None:
     path.write_bytes(zstandard.ZstdCompressor(level=3).compress(buf.getvalue().encode("utf-8")))
 
 
-def prepare(part: str, work: Path) -> tuple[dict, dict[str, dict]]:
+def prepare(part: str, work: Path, multi: Path = MULTI) -> tuple[dict, dict[str, dict]]:
     """Write the benchmark's sources under ``work``; return the config and
     ``{id: record}`` of every document written (with ``bench_kind``)."""
-    recs = list(records(part))
+    recs = list(records(part, multi))
     by_source: dict[str, list[dict]] = defaultdict(list)
     index: dict[str, dict] = {}
     for rec in recs:
@@ -353,11 +353,14 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = False) -> str:
-    """Build, evaluate and write ``out_dir/multi.json``; returns Markdown
-    (a one-line note when ``../shared/corpus-multi`` is absent)."""
-    if not MULTI.exists():
-        return f"(bench.multi skipped: {MULTI} not found)"
+def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = False,
+        multi: Path = MULTI) -> str:
+    """Build, evaluate and write ``out_dir/multi.json`` and ``out_dir/multi.md``;
+    returns the Markdown (a one-line note when ``multi``, by default
+    ``../shared/corpus-multi``, is absent)."""
+    multi = Path(multi)
+    if not multi.exists():
+        return f"(bench.multi skipped: {multi} not found)"
     from pipeline.build import build
 
     from pipeline.manifest import load_manifest
@@ -365,13 +368,14 @@ def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = Fa
     work = Path(out_dir) / "multi"
     if work.exists() and not reuse:
         shutil.rmtree(work)
-    cfg, index = prepare(part, work / "inputs")
+    cfg, index = prepare(part, work / "inputs", multi)
     cfg_path = work / "multi.yaml"
     vdir = work / "corpora" / "multi"
     if reuse and vdir.exists():
         manifest = load_manifest(vdir)
     else:
         cfg_path.write_text(yaml.safe_dump(cfg, allow_unicode=True))
+        print(f"bench.multi: building {len(index):,} documents of the {part} part (a few minutes)", flush=True)
         result = build("multi", cfg_path, work / "corpora", num_workers=workers, log=lambda *_: None)
         vdir, manifest = result.version_dir, result.manifest
     decided = _decisions(vdir)
@@ -379,6 +383,7 @@ def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = Fa
     res = evaluate(index, decided, manifest, work / "shapes")
     res["missing"] = len(missing)
     (Path(out_dir) / "multi.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=dict))
+    (Path(out_dir) / "multi.md").write_text(markdown(res) + "\n")
     return markdown(res) + (f"\n\n{len(missing)} documents have no decision (quarantined?)" if missing else "")
 
 
@@ -388,9 +393,10 @@ def main() -> None:
     ap.add_argument("--part", choices=("heldout", "dev"), default="heldout")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reuse", action="store_true", help="evaluate the last build again (no new build)")
+    ap.add_argument("--multi", type=Path, default=MULTI, help="the corpus-multi directory")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(run(args.out, args.part, args.workers, args.reuse))
+    print(run(args.out, args.part, args.workers, args.reuse, args.multi))
 
 
 if __name__ == "__main__":

@@ -377,15 +377,15 @@ def check_thresholds(report: dict[str, Any], min_round_trip: float = 1.0,
         m = t["metrics"]
         for lang, g in [("all", m["all"]), *m["language"].items()]:
             if g["round_trip"] is not None and g["round_trip"] < min_round_trip:
-                warnings.append(f"{name} {lang}: round trip {g['round_trip']:.4f} < {min_round_trip}")
+                warnings.append(f"tokenizer {name}, language {lang}: round trip {g['round_trip']:.4f} < {min_round_trip}")
             if g["unknown_rate"] > max_unknown_rate:
-                warnings.append(f"{name} {lang}: unknown-token rate {g['unknown_rate']:.4f} > {max_unknown_rate}")
+                warnings.append(f"tokenizer {name}, language {lang}: unknown-token rate {g['unknown_rate']:.4f} > {max_unknown_rate}")
             fb = g["byte_fallback_rate"]
             if max_byte_fallback_rate is not None and fb is not None and fb > max_byte_fallback_rate:
-                warnings.append(f"{name} {lang}: byte-fallback rate {fb:.4f} > {max_byte_fallback_rate}")
+                warnings.append(f"tokenizer {name}, language {lang}: byte-fallback rate {fb:.4f} > {max_byte_fallback_rate}")
             need = (min_chars_per_token or {}).get(lang)
             if need is not None and g["chars_per_token"] < need:
-                warnings.append(f"{name} {lang}: {g['chars_per_token']:.3f} chars/token < {need}")
+                warnings.append(f"tokenizer {name}, language {lang}: {g['chars_per_token']:.3f} chars/token < {need}")
     return warnings
 
 

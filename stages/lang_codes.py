@@ -119,3 +119,19 @@ def unknown_codes(codes, declared=()) -> list[str]:
         if isinstance(code, str) and canonical(code) not in known and code not in out:
             out.append(code)
     return out
+
+
+def yaml_codes(value):
+    """``value`` with YAML 1.1's reading of ``no`` undone: PyYAML reads an
+    unquoted ``no`` (Norwegian) as ``False``, so in a list of language codes
+    or as a mapping key ``False`` becomes ``"no"`` (and ``True``, from
+    ``yes``/``on``, is left for validation to refuse). Other values are
+    returned unchanged.
+    """
+    if isinstance(value, list):
+        return ["no" if v is False else v for v in value]
+    if isinstance(value, tuple):
+        return tuple("no" if v is False else v for v in value)
+    if isinstance(value, dict):
+        return {("no" if k is False else k): v for k, v in value.items()}
+    return value

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pydantic
 
 from stages.base import Column, Stage, StageConfig, with_decision
-from stages.lang_codes import canonical, canonical_keys
+from stages.lang_codes import canonical, canonical_keys, yaml_codes
 from stages.langid_chunks import Chunk, chunks_many, script_language
 from stages.text import half_width_alnum
 from stages.zh_script import chinese_script
@@ -162,6 +162,11 @@ class Config(StageConfig):
                 raise ValueError(f"min_score_by_lang[{lang!r}] = {score} is not in [0, 1]")
         canonical_keys(value, "min_score_by_lang")
         return value
+
+    @pydantic.field_validator("allowed_languages", "min_score_by_lang", mode="before")
+    @classmethod
+    def _norwegian_from_yaml(cls, value):
+        return yaml_codes(value)
 
     @pydantic.field_validator("allowed_languages")
     @classmethod
@@ -421,7 +426,7 @@ class LangIdStage(Stage):
         "langid_top": Column("string", "JSON [[code, score], ...], the chosen language first, then by score, "
                                        "scores to 4 decimals"),
         "langid_mix": Column("string", "JSON {code: share of letters}, shares to 4 decimals summing to 1, "
-                                       "largest first"),
+                                       "largest first", lineage=True),
     }
 
     @classmethod

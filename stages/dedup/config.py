@@ -7,7 +7,7 @@ from typing import Literal
 import pydantic
 
 from stages.base import StageConfig
-from stages.lang_codes import canonical
+from stages.lang_codes import canonical, yaml_codes
 from stages.dedup.lsh import candidate_probability
 
 
@@ -134,6 +134,11 @@ class Config(StageConfig):
         if "line_skip_languages" not in self.model_fields_set:
             return {}
         return {"line_skip_languages": list(self.line_skip_languages)}
+
+    @pydantic.field_validator("line_skip_languages", mode="before")
+    @classmethod
+    def _norwegian_from_yaml(cls, value):
+        return yaml_codes(value)
 
     @pydantic.field_validator("line_skip_languages")
     @classmethod

@@ -22,7 +22,7 @@ from stages.heuristics.ngrams import ngram_stats_batch
 from stages.heuristics.presets import PRESETS, Thresholds
 from stages.heuristics.rules import INT_VALUES, RULES, VALUES, batch_counts, evaluate
 from stages.heuristics.view import Document
-from stages.lang_codes import canonical_keys
+from stages.lang_codes import canonical_keys, yaml_codes
 from stages.text import CJK_LANGS
 
 
@@ -55,6 +55,7 @@ class Config(StageConfig):
     def _canonical_keys(cls, value, info):
         """Language keys as document labels (``nb`` -> ``no``, ``zh-Hant`` ->
         ``zh``; ``default`` kept); two keys of one label are an error."""
+        value = yaml_codes(value)
         if isinstance(value, dict):
             return canonical_keys({str(k): v for k, v in value.items()}, info.field_name)
         return value

@@ -8,7 +8,7 @@ from typing import Literal
 import pydantic
 
 from stages.base import StageConfig
-from stages.lang_codes import canonical, canonical_keys
+from stages.lang_codes import canonical, canonical_keys, yaml_codes
 
 class Config(StageConfig):
     """Perplexity stage config (``stages.perplexity`` in the build config).
@@ -178,6 +178,7 @@ class Config(StageConfig):
                               mode="before")
     @classmethod
     def _canonical_keys(cls, value, info):
+        value = yaml_codes(value)
         if isinstance(value, dict):
             return canonical_keys({str(k): v for k, v in value.items()}, info.field_name)
         return value
@@ -185,6 +186,7 @@ class Config(StageConfig):
     @pydantic.field_validator("languages", "require_models", mode="before")
     @classmethod
     def _canonical_list(cls, value):
+        value = yaml_codes(value)
         if isinstance(value, list):
             return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
         return value

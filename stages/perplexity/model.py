@@ -145,18 +145,24 @@ NO_LANGUAGE = "und"
 def language_counts(path: Path) -> dict[str, list[int]]:
     """Documents and characters per ``langid_lang`` of one partition's kept
     documents (a column read, no text when ``chars`` is stored): ``{lang:
-    [documents, characters]}``, null languages under :data:`NO_LANGUAGE`.
-    Top-level so ``Partitions.map`` can pickle it."""
+    [documents, characters, declared]}``, ``declared`` = how many of the
+    documents got their language from their source (``lang_hint``, e.g.
+    ``code``) rather than from language ID; null languages under
+    :data:`NO_LANGUAGE`. Top-level so ``Partitions.map`` can pickle it."""
     from stages.base import view_columns
 
-    has_chars = "chars" in view_columns(path)
-    table = read_kept(path, ["chars" if has_chars else "text", "langid_lang"])
+    names = view_columns(path)
+    has_chars = "chars" in names
+    columns = ["chars" if has_chars else "text", "langid_lang"] + (["lang_hint"] if "lang_hint" in names else [])
+    table = read_kept(path, columns)
     lengths = table["chars"].to_pylist() if has_chars else [len(t or "") for t in table["text"].to_pylist()]
+    hints = table["lang_hint"].to_pylist() if "lang_hint" in names else [None] * table.num_rows
     out: dict[str, list[int]] = {}
-    for chars, lang in zip(lengths, table["langid_lang"].to_pylist()):
-        entry = out.setdefault(NO_LANGUAGE if lang is None else lang, [0, 0])
+    for chars, lang, hint in zip(lengths, table["langid_lang"].to_pylist(), hints):
+        entry = out.setdefault(NO_LANGUAGE if lang is None else lang, [0, 0, 0])
         entry[0] += 1
         entry[1] += chars or 0
+        entry[2] += hint is not None
     return out
 
 

@@ -34,7 +34,7 @@ def coverage_warnings(coverage: dict[str, Any], skipped: dict[str, str]) -> tupl
     one line per language of the input without a model, most documents first,
     then the skipped languages absent from the input (e.g. ``max_perplexity``
     given without a model)."""
-    unscored = coverage["unscored"]
+    unscored = {lang: u for lang, u in coverage["unscored"].items() if not u.get("declared")}
     out = []
     if unscored:
         docs = sum(u["docs"] for u in unscored.values())
@@ -43,6 +43,8 @@ def coverage_warnings(coverage: dict[str, Any], skipped: dict[str, str]) -> tupl
         out.append(f"{len(unscored)} of {len(unscored) + len(coverage['scored'])} languages have no model: "
                    f"{docs:,} documents ({share:.1%} of the input), {chars:,} chars pass unscored")
     for lang, u in sorted(unscored.items(), key=lambda kv: (-kv[1]["docs"], kv[0])):
+        if u.get("declared"):
+            continue
         out.append(f"language {lang}: no model ({u['why']}); its {u['docs']:,} documents ({u['chars']:,} chars) "
                    "are kept without a perplexity or bucket (give more reference text or perplexity.models)")
     for lang, why in sorted(skipped.items()):
@@ -215,10 +217,11 @@ class PerplexityStage(Stage):
         self._check_required(available, models, skipped)
         counts: dict[str, list[int]] = {}
         for part in partitions.map(language_counts, list(partitions.paths)):
-            for lang, (docs, chars) in part.items():
-                entry = counts.setdefault(lang, [0, 0])
+            for lang, (docs, chars, declared) in part.items():
+                entry = counts.setdefault(lang, [0, 0, 0])
                 entry[0] += docs
                 entry[1] += chars
+                entry[2] += declared
         coverage = self._coverage(counts, models, skipped)
         write_json_atomic({"order": cfg.order, "action": cfg.action, "tokenizer": cfg.tokenizer, "languages": models},
                           work_dir / "models.json", indent=2, sort_keys=True, ensure_ascii=True, final_newline=False)
@@ -268,18 +271,25 @@ class PerplexityStage(Stage):
                   skipped: dict[str, str]) -> dict[str, Any]:
         cfg: Config = self.config
         scored, unscored = {}, {}
-        for lang, (docs, chars) in sorted(counts.items()):
+        for lang, (docs, chars, declared) in sorted(counts.items()):
             if lang in models:
                 scored[lang] = {"docs": docs, "chars": chars}
             else:
                 why = skipped.get(lang)
+                if why is None and declared == docs:
+                    # every document's language comes from its source (lang: code):
+                    # not prose to score; listed, without a warning
+                    unscored[lang] = {"docs": docs, "chars": chars, "declared": True,
+                                      "why": "declared by its source (lang), not identified: no reference expected"}
+                    continue
                 if why is None:
                     if lang == NO_LANGUAGE:
                         why = "no language detected"
                     elif cfg.languages is not None and lang not in cfg.languages:
                         why = f"not in perplexity.languages {cfg.languages}"
                     else:
-                        why = f"no reference text in source {cfg.reference_source!r}"
+                        why = (f"no document of reference source {cfg.reference_source!r} was detected "
+                               f"as {lang} (langid labels the reference like any source)")
                 unscored[lang] = {"docs": docs, "chars": chars, "why": why}
         return {"unit": "model", "documents": sum(c[0] for c in counts.values()),
                 "chars": sum(c[1] for c in counts.values()), "scored": scored, "unscored": unscored}

@@ -75,7 +75,8 @@ def test_thresholds(hello_tokenizer):
     report = run_report({"t": hello_tokenizer}, DOCS)
     assert check_thresholds(report) == []
     warnings = check_thresholds(report, max_byte_fallback_rate=0.5, min_chars_per_token={"en": 3.0})
-    assert warnings == ["t en: 2.500 chars/token < 3.0", "t zh: byte-fallback rate 1.0000 > 0.5"]
+    assert warnings == ["tokenizer t, language en: 2.500 chars/token < 3.0",
+                        "tokenizer t, language zh: byte-fallback rate 1.0000 > 0.5"]
 
 
 def test_files_are_deterministic_and_self_contained(hello_tokenizer, tmp_path):
@@ -107,7 +108,7 @@ def test_read_corpus_and_cli(hello_tokenizer, tmp_path):
     assert result.exit_code == 0, result.output
     body = json.loads((tmp_path / "out" / "tokenizer_report.json").read_text())
     assert list(body["tokenizers"]) == ["small"]
-    assert body["warnings"] == ["small zh: byte-fallback rate 1.0000 > 0.5"]
+    assert body["warnings"] == ["tokenizer small, language zh: byte-fallback rate 1.0000 > 0.5"]
 
 
 def test_build_report_on_the_heldout_split(hello_tokenizer, tmp_path):
@@ -134,9 +135,9 @@ def test_build_report_on_the_heldout_split(hello_tokenizer, tmp_path):
     assert entry["headline"]["zh"]["byte_fallback_rate"] == pytest.approx(1 / 7)
     n_zh = sum(1 for i in held if i % 2)
     rate_all = n_zh / (7 * n_zh + 11 * (len(held) - n_zh))
-    expected = ["version zh: byte-fallback rate 0.1429 > 0.1"]
+    expected = ["tokenizer version, language zh: byte-fallback rate 0.1429 > 0.1"]
     if rate_all > 0.1:
-        expected.insert(0, f"version all: byte-fallback rate {rate_all:.4f} > 0.1")
+        expected.insert(0, f"tokenizer version, language all: byte-fallback rate {rate_all:.4f} > 0.1")
     assert entry["warnings"] == expected
     assert lines == [f"[tokenizer-report] WARNING {w}" for w in entry["warnings"]]
     names = sorted(p.name for p in (tmp_path / "v" / "tokenizer_report").iterdir())

@@ -119,10 +119,11 @@ def test_unscored_language_reported_with_counts(trained):
     _, fit, _ = trained
     cov = fit["facts"]["coverage"]
     assert sorted(cov["scored"]) == ["en", "zh"]
-    assert cov["unscored"] == {"fr": {"docs": 3, "chars": 123, "why": "no reference text in source 'ref'"}}
+    assert cov["unscored"] == {"fr": {"docs": 3, "chars": 123, "why": "no document of reference source 'ref' was detected as fr (langid labels the reference like any source)"}}
     assert cov["documents"] == 31
     assert fit["warnings"][0] == "1 of 3 languages have no model: 3 documents (9.7% of the input), 123 chars pass unscored"
-    assert fit["warnings"][1].startswith("language fr: no model (no reference text in source 'ref'); its 3 documents "
+    assert fit["warnings"][1].startswith("language fr: no model (no document of reference source 'ref' was detected as fr (langid labels "
+                                    "the reference like any source)); its 3 documents "
                                          "(123 chars) are kept")
 
 
