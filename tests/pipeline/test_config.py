@@ -306,3 +306,21 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     assert segment["doc_id"] in format_lineage(records)
     assert lineage_for_document(result.version_dir, segment["doc_id"], global_batch=2)["pieces"]
     summary_table(m), output_table(m)  # the CLI's tables render
+
+
+def test_language_codes_are_read_as_document_labels_and_unknown_ones_refused():
+    # an unquoted YAML `no` is False to PyYAML: in a language field it is Norwegian
+    data = yaml.safe_load("langid: {allowed_languages: [no, nb, zh-Hant, en], min_score_by_lang: {no: 0.4}}\n"
+                          "heuristics: {thresholds: {nb: {min_words: 3}, zh_TW: {min_chars: 12}}}")
+    cfg = parse_config(_cfg(**data))
+    assert cfg.langid.allowed_labels() == {"no", "zh", "en"}
+    assert cfg.langid.min_score_labels() == {"no": 0.4}
+    assert set(cfg.heuristics.thresholds) == {"no", "zh"}
+    assert cfg.heuristics.for_language("no").min_words == 3
+    with pytest.raises(ConfigError) as exc:
+        parse_config(_cfg(langid={"allowed_languages": ["jp", "en", "english"]}))
+    assert "langid.allowed_languages: 'jp', 'english': not a language code" in str(exc.value)
+    with pytest.raises(ConfigError, match="empty allow-list"):
+        parse_config(_cfg(langid={"allowed_languages": []}))
+    with pytest.raises(ConfigError, match="'nb' and 'no' both mean language 'no'"):
+        parse_config(_cfg(heuristics={"thresholds": {"nb": {"min_words": 3}, False: {"min_words": 4}}}))
