@@ -216,7 +216,8 @@ def test_this_repository_s_stage_and_ingest_digests():
                "stages/heuristics/presets.py", "stages/heuristics/rules.py",
                "stages/heuristics/stage.py", "stages/heuristics/view.py"]
     assert sorted(heuristics.sources) == ["common/errors.py", "common/io.py", "common/source.py", "pipeline/executor.py",
-                                          "stages/__init__.py", "stages/base.py", *package, "stages/text.py"]
+                                          "stages/__init__.py", "stages/base.py", *package, "stages/lang_codes.py",
+                                          "stages/text.py"]
     # the executor writes the stage's layer with the shared atomic writer: it is in every stage's digest
     assert "write_table_atomic" in heuristics.definitions["common/io.py"]
     # the stage package whole: every module of it, every statement of each
