@@ -103,8 +103,8 @@ def canonical_keys(mapping: dict[str, object], what: str) -> dict[str, object]:
 
 def unknown_codes(codes, declared=()) -> list[str]:
     """The codes of ``codes`` that no document can be labelled with: not a
-    lid.176 label after :func:`canonical`, not ``default``, and not in
-    ``declared`` (the languages sources declare, e.g. ``code``).
+    lid.176 label after :func:`canonical`, not ``default`` or ``code`` (the
+    project's conventional ``lang`` of code sources), and not in ``declared`` (the languages sources declare, e.g. ``code``).
 
     Args:
         codes: iterable of str.
@@ -113,7 +113,7 @@ def unknown_codes(codes, declared=()) -> list[str]:
     Returns:
         list[str]: the unknown codes as written, in order, without repeats.
     """
-    known = DOCUMENT_LABELS | {"default"} | {canonical(d) for d in declared}
+    known = DOCUMENT_LABELS | {"default", "code"} | {canonical(d) for d in declared}
     out = []
     for code in codes:
         if isinstance(code, str) and canonical(code) not in known and code not in out:
