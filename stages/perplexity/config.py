@@ -198,14 +198,6 @@ class Config(StageConfig):
                 "word_salad_max_perplexity": list(self.word_salad_max_perplexity),
                 "require_models": list(self.require_models)}
 
-    @pydantic.field_validator("word_salad_max_ratio")
-    @classmethod
-    def _ratio_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
-        bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
-        if bad:
-            raise ValueError(f"perplexity.word_salad_max_ratio values must be finite and > 0: {bad}")
-        return value
-
     @pydantic.model_validator(mode="after")
     def _required_languages_allowed(self):
         if self.languages is not None:
@@ -224,12 +216,12 @@ class Config(StageConfig):
                 "scores words without context; CCNet uses 5")
         return value
 
-    @pydantic.field_validator("max_perplexity")
+    @pydantic.field_validator("max_perplexity", "word_salad_max_ratio")
     @classmethod
-    def _positive_cutoffs(cls, value: dict[str, float]) -> dict[str, float]:
+    def _positive_cutoffs(cls, value: dict[str, float], info) -> dict[str, float]:
         bad = {lang: v for lang, v in value.items() if not (v > 0 and math.isfinite(v))}
         if bad:
-            raise ValueError(f"perplexity.max_perplexity values must be finite and > 0: {bad}")
+            raise ValueError(f"perplexity.{info.field_name} values must be finite and > 0: {bad}")
         return value
 
     @pydantic.field_validator("bucket_percentiles")
