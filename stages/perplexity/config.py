@@ -107,23 +107,32 @@ class Config(StageConfig):
         word_salad_max_ratio: language -> cut-off of the *self-shuffle
             ratio* (``perplexity_shuffle_ratio``: perplexity of the document
             with each line's words shuffled over its own perplexity; about 1
-            for word salad, higher for natural text). A document at or below
-            its language's cut-off is dropped with reason
+            for word salad, higher for natural text) for documents of at
+            least ``word_salad_full_tokens`` tokens; shorter ones get a
+            lower cut-off (:func:`stages.perplexity.salad.salad_cutoff`). A
+            document at or below its cut-off is dropped with reason
             ``perplexity.word_salad`` (``action: drop``). Languages not listed
             are not checked (the column is null). Defaults ``en: 1.15, zh:
-            1.25``: our measurement on ../shared/corpus and corpus-multi DEV
-            (models trained on debref; 892 en and 946 zh clean documents of
-            every kind and their word salad, docs/stages/perplexity.md): among
-            documents of at least ``word_salad_min_tokens`` tokens, 96% of en
-            and 96% of zh salad are dropped, and 0.7% of clean en (6/892,
-            mostly aptitude screen dumps) and 0.1% of clean zh (1/946) are
-            lost. Classical Chinese (the Shijing in fortunes zh) is out of the
-            model's domain and can fall below the zh cut-off.
+            1.35``: our measurement on ../shared/corpus and corpus-multi DEV
+            (bench.word_salad, models trained on debref; 1,068 en and 1,246
+            zh clean documents of every kind, aptitude screen dumps left
+            out, and their word salad): clean documents of >= 150 tokens
+            have ratios of at least 1.12 in en (p1 1.28) and 1.44 in zh (p1
+            1.62, within ``word_salad_max_perplexity``); with
+            ``word_salad_min_tokens`` 60, 97.2% of the en and 95.8% of the zh
+            salad of >= 300 characters are dropped, and 2 of the 1,068
+            clean en and 1 of the 1,246 clean zh documents lost (fortunes).
+            (zh was 1.25 before: the salad of man pages, whose short option
+            lines change little when shuffled again, scored 1.26-1.46.)
         word_salad_min_tokens: the word-salad check applies only to documents
             of at least this many model tokens (words and punctuation plus
-            one ``</s>`` per line): on short documents the ratio is noise
-            (measured: clean fortunes of < 150 tokens reach ratios of
-            0.9-1.1, as low as salad). Default 150, same measurement.
+            one ``</s>`` per line). Default 60, same measurement: below it,
+            clean fortunes reach ratios as low as salad (0.9-1.1).
+        word_salad_full_tokens: from this many tokens the cut-off is
+            ``word_salad_max_ratio`` itself; below, it shrinks linearly
+            toward 1 (60 tokens: en 1.06, zh 1.14). Default 150, same
+            measurement (the least length at which no clean en or zh
+            document fell below its cut-off but one fortune).
         word_salad_max_perplexity: language -> the highest document
             perplexity at which the word-salad check applies; above it the
             model does not read the text (most of its bigrams are unseen),
@@ -133,7 +142,7 @@ class Config(StageConfig):
             made from modern Chinese prose scores 700-2,066 (p5-p95 of man
             pages, debref and corpus-multi pages), the Shijing odes of
             fortunes zh 4,900-6,000 with self-shuffle ratios of 1.11-1.24,
-            which the 1.25 cut-off would drop as salad. en has no bound:
+            which a 1.25 cut-off would drop as salad. en has no bound:
             its salad (King James Bible shuffles up to 3,022) would escape.
         require_models: languages that must get a model: when one does not
             (too little reference text, none at all, or outside
@@ -169,8 +178,9 @@ class Config(StageConfig):
     sentencepiece_input_sentence_size: int = pydantic.Field(1_000_000, ge=1000)
     models: dict[str, str] = {}
     fold_chinese_script: Literal["none", "t2s", "tw2sp"] = "tw2sp"
-    word_salad_max_ratio: dict[str, float] = {"en": 1.15, "zh": 1.25}
-    word_salad_min_tokens: int = pydantic.Field(150, ge=2)
+    word_salad_max_ratio: dict[str, float] = {"en": 1.15, "zh": 1.35}
+    word_salad_min_tokens: int = pydantic.Field(60, ge=2)
+    word_salad_full_tokens: int = pydantic.Field(150, ge=1)
     word_salad_max_perplexity: dict[str, float] = {"zh": 3000.0}
     require_models: list[str] = []
 

@@ -20,7 +20,7 @@ from stages.perplexity.model import (NO_LANGUAGE, TOKENIZER_FILE, _load_model, _
                                      perplexity, reference_chars,
                                      reference_documents, reference_perplexities, score_sentences,
                                      train_language_model)
-from stages.perplexity.salad import REASON_WORD_SALAD, self_shuffle_ratio
+from stages.perplexity.salad import REASON_WORD_SALAD, salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import normalized_lines
 
 REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
@@ -66,7 +66,9 @@ class PerplexityStage(Stage):
     language is in ``word_salad_max_ratio``, the document has at least
     ``word_salad_min_tokens`` tokens and a perplexity within
     ``word_salad_max_perplexity``). With ``action="drop"``, a document whose
-    ratio is at or below its language's cut-off gets reason
+    ratio is at or below its language's cut-off
+    (:func:`stages.perplexity.salad.salad_cutoff`: lower for documents
+    shorter than ``word_salad_full_tokens``) gets reason
     ``perplexity.word_salad``, else one above its language's threshold gets
     ``perplexity.above_threshold``. Documents of languages without a model are
     kept unmeasured, and ``fit`` reports each such language with its document
@@ -360,7 +362,8 @@ class PerplexityStage(Stage):
             threshold = entry["threshold"]
             if not drop:
                 reasons.append(None)
-            elif ratio is not None and ratio <= cfg.word_salad_max_ratio[lang]:
+            elif ratio is not None and ratio <= salad_cutoff(cfg.word_salad_max_ratio[lang], tokens,
+                                                             cfg.word_salad_full_tokens):
                 reasons.append(REASON_WORD_SALAD)
             elif threshold is not None and value > threshold:
                 reasons.append(REASON_ABOVE_THRESHOLD)

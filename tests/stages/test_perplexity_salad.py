@@ -17,7 +17,7 @@ import zstandard
 from common.errors import StageFailure
 from stages.base import Partitions, StageContext
 from stages.perplexity import Config, PerplexityStage
-from stages.perplexity.salad import shuffled_lines
+from stages.perplexity.salad import salad_cutoff, shuffled_lines
 from stages.text import _rjieba
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,11 +101,43 @@ def test_ratio_is_deterministic_and_short_documents_are_not_checked(trained):
     stage, _, held = trained
     first = stage.process(_table([(held["en"], "en")]))["perplexity_shuffle_ratio"].to_pylist()
     again = stage.process(_table([(held["en"], "en"), ("A cat sat on the mat.", "en")]))
-    assert again["perplexity_shuffle_ratio"].to_pylist() == [first[0], None]   # 8 tokens < 150
+    assert again["perplexity_shuffle_ratio"].to_pylist() == [first[0], None]   # 8 tokens < 60
     assert again["reason"].to_pylist() == [None, None]
     lines = ["one two three four", "five six"]
     assert shuffled_lines(lines, "en", "seed") == shuffled_lines(lines, "en", "seed")
     assert sorted(shuffled_lines(lines, "en", "seed")[0].split()) == sorted(lines[0].split())
+
+
+def _windows(text: str, words: int) -> list[str]:
+    """``text``'s lines of at least 20 words, cut into consecutive pieces of
+    about ``words`` words (whole lines)."""
+    out, cur, n = [], [], 0
+    for line in text.splitlines():
+        if len(line.split()) >= 20:
+            cur.append(line)
+            n += len(line.split())
+            if n >= words:
+                out.append("\n".join(cur))
+                cur, n = [], 0
+    return out
+
+
+def test_short_documents_get_a_lower_cutoff(trained):
+    assert salad_cutoff(1.15, 60, 150) == pytest.approx(1.06)
+    assert salad_cutoff(1.35, 75, 150) == pytest.approx(1.175)
+    assert salad_cutoff(1.15, 150, 150) == 1.15 and salad_cutoff(1.15, 400, 150) == 1.15
+    assert salad_cutoff(0.9, 60, 150) == 0.9                 # a cut-off at or below 1 is not scaled
+    stage, _, held = trained
+    pieces = _windows(held["en"], 60)
+    out = stage.process(_table([(t, "en") for t in pieces] + [(_salad(t, "en"), "en") for t in pieces]))
+    ratio = out["perplexity_shuffle_ratio"].to_pylist()
+    reasons = out["reason"].to_pylist()
+    assert len(pieces) == 20 and all(r is not None for r in ratio)    # 60-150 tokens: all checked
+    assert reasons[:20] == [None] * 20 and min(ratio[:20]) > 1.5         # the originals: kept
+    # their salad: 16 of 20 dropped (the 4 kept have ratios 1.17-1.34 against cut-offs of ~1.06-1.10:
+    # a 60-word shuffle of in-domain text keeps a few known bigrams)
+    assert reasons[20:].count("perplexity.word_salad") == 16
+    assert all(r <= 1.35 for r in ratio[20:])
 
 
 def test_traditional_and_simplified_twins_score_within_a_factor_of_1_3(trained):
