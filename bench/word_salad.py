@@ -24,39 +24,28 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import random
 import tempfile
 import time
 from pathlib import Path
 
 from bench.corpus import records
+from bench.multi import shuffle_words
 from bench.multi_split import gold, records as multi_records
 from pipeline.config import REPO_ROOT
 from stages.perplexity.config import Config
 from stages.perplexity.model import load_model, perplexity, score_sentences, train_language_model
-from stages.perplexity.salad import self_shuffle_ratio
+from stages.perplexity.salad import salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import LineTokenizer, normalized_lines
-from stages.text import _rjieba
 
 CORPUS = REPO_ROOT.parent / "shared" / "corpus"
 TOOLS = REPO_ROOT / "tools" / "bin"
 
 
 def salad(text: str, lang: str, seed: str) -> str:
-    """``text`` with the words of each line shuffled (en: whitespace words,
-    joined by one space; zh: every rjieba token, joined without space)."""
-    rng = random.Random(hashlib.sha256(("salad:" + seed).encode()).digest())
-    out = []
-    for line in text.splitlines():
-        if lang == "zh":
-            tokens = [t for t in _rjieba().cut(line) if t.strip()]
-            rng.shuffle(tokens)
-            out.append("".join(tokens))
-        else:
-            tokens = line.split()
-            rng.shuffle(tokens)
-            out.append(" ".join(tokens))
-    return "\n".join(out)
+    """``text`` with the words of each line shuffled, as bench.multi makes its
+    word salad (:func:`bench.multi.shuffle_words`: whitespace words for en,
+    rjieba words for zh), seeded by ``"salad:" + seed``."""
+    return shuffle_words(text, lang, "salad:" + seed)
 
 
 def _fold(doc_id: str) -> int:
@@ -141,6 +130,42 @@ def report(rows: list[dict], min_tokens: int) -> None:
               f"{fmt([r['ratio'] for r in clean], (1, 5, 50), 2)} | {fmt([r['ratio'] for r in bad], (50, 95, 99), 2)} |")
 
 
+def defaults_table(rows: list[dict]) -> None:
+    """Per set, at the stage's defaults (``word_salad_max_ratio``,
+    ``word_salad_min_tokens``, ``word_salad_full_tokens``,
+    ``word_salad_max_perplexity``, :func:`stages.perplexity.salad.salad_cutoff`):
+    clean documents lost and word salad of >= 300 characters dropped; the
+    aptitude screen dumps (``ld-idm`` pages: terminal screens, not prose)
+    are left out, as bench.multi does."""
+    cfg = Config(reference_source="debref")
+    tot: dict[str, list[int]] = {}
+    print("\n| set | clean lost | salad (>= 300 chars) dropped |\n|---|---:|---:|")
+    for name in sorted({r["set"] for r in rows}):
+        counts = [0, 0, 0, 0]
+        for r in rows:
+            if r["set"] != name or "ld-idm" in r["id"] or (r["kind"] == "salad" and r["chars"] < 300):
+                continue
+            lang = r["lang"]
+            bound = cfg.word_salad_max_perplexity.get(lang)
+            dropped = (r["ratio"] is not None and r["tokens"] >= cfg.word_salad_min_tokens
+                       and (bound is None or r["perplexity"] <= bound)
+                       and r["ratio"] <= salad_cutoff(cfg.word_salad_max_ratio[lang], r["tokens"],
+                                                      cfg.word_salad_full_tokens))
+            i = 0 if r["kind"] == "clean" else 2
+            counts[i] += 1
+            counts[i + 1] += dropped
+        for i, v in enumerate(counts):
+            tot.setdefault(rows_lang(name), [0, 0, 0, 0])[i] += v
+        print(f"| {name} | {counts[1]}/{counts[0]} | {counts[3]}/{counts[2]} |")
+    for lang, (cn, cl, sn, sd) in sorted(tot.items()):
+        print(f"| **all {lang}** | {cl}/{cn} ({100 * cl / max(cn, 1):.2f}%) | {sd}/{sn} ({100 * sd / max(sn, 1):.1f}%) |")
+
+
+def rows_lang(set_name: str) -> str:
+    """The language of a set name (``"multi-dev zh Hans"`` -> ``zh``)."""
+    return "zh" if " zh" in set_name else "en"
+
+
 def hant_pairs(per_set: int) -> None:
     """Traditional vs Simplified: the zh_TW man pages and maint-guide zh-tw
     DEV pages against their zh_CN twins (same path or page), scored by the
@@ -192,6 +217,7 @@ def main() -> None:
     path = args.out / f"word_salad-{args.fold}.json"
     rows = json.loads(path.read_text()) if args.from_json else run(args.out, args.per_set, args.fold)
     report(rows, args.min_tokens)
+    defaults_table(rows)
 
 
 if __name__ == "__main__":
