@@ -12,7 +12,11 @@ Measures, on text no default was tuned on (:mod:`bench.multi_split`):
 * **drop shares**: the share of well-formed documentation each quality stage
   drops, per detected language (the preset that judged it) and per reason;
   *well-formed* = every held-out page except the aptitude ``ld-idm*`` pages,
-  which are terminal-screen dumps (``<pre>`` only); dedup drops are counted
+  which are terminal-screen dumps (``<pre>`` only), and *navigation pages*,
+  which hold no sentence (:func:`is_navigation_page`: a gnome-help index
+  page such as ``Mouse, Touchpad & Touchscreen / Common problems / Tips``;
+  the issue counts such pages as garbage, so dropping them is no loss);
+  their drop share is reported on its own line; dedup drops are counted
   apart (untranslated copies of the English page are duplicates by design);
 * **mixed pages**: ja and zh pages with 10-90% untranslated English
   paragraphs (``meta.en_identical_frac``), the share any quality rule drops;
@@ -59,6 +63,17 @@ def _is_screen_dump(rec: dict) -> bool:
     return rec["source"] == "aptitude-doc" and "ld-idm" in str((rec.get("meta") or {}).get("page"))
 
 
+_SENTENCE_END = re.compile(r"[.!?:;。！？：；…]['\")\]」』”’]*$")
+
+
+def is_navigation_page(text: str) -> bool:
+    """Whether a page holds no sentence: no non-blank line of at least 20
+    characters that ends with sentence punctuation (``. ! ? : ;`` or their
+    full-width forms, closing quotes and brackets allowed after them)."""
+    return not any(len(line.strip()) >= 20 and _SENTENCE_END.search(line.strip())
+                   for line in text.splitlines())
+
+
 def shuffle_words(text: str, lang: str, seed: str) -> str:
     """``text`` with the words of each line in a random order (seeded);
     whitespace-separated words, rjieba words for ``zh``; line breaks kept."""
@@ -95,7 +110,8 @@ def prepare(part: str, work: Path, multi: Path = MULTI) -> tuple[dict, dict[str,
     index: dict[str, dict] = {}
     for rec in recs:
         name = "gnome-help" if rec["source"] == "gnome-help" else "manuals"
-        rec["bench_kind"] = "screen_dump" if _is_screen_dump(rec) else "doc"
+        rec["bench_kind"] = ("screen_dump" if _is_screen_dump(rec) else
+                             "navigation" if is_navigation_page(rec["text"]) else "doc")
         by_source[name].append({"id": rec["id"], "text": rec["text"]})
         index[rec["id"]] = rec
     for rec in recs:
@@ -256,7 +272,12 @@ def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict, 
         c["bare"] += correct(bare_label, r["lang"])
 
     drops: dict[str, Counter] = defaultdict(Counter)
+    navigation = Counter()
     for r in docs:
+        if r["bench_kind"] == "navigation":
+            reason = decided[r["id"]][1]
+            navigation["n"] += 1
+            navigation["dropped"] += reason is not None and reason.split(".")[0] in QUALITY_STAGES
         if r["bench_kind"] != "doc":
             continue
         lang, reason = decided[r["id"]]
@@ -294,16 +315,18 @@ def evaluate(index: dict[str, dict], decided: dict[str, tuple], manifest: dict, 
         salad[f"{lang}:by:{reason}"] += 1
         salad[f"{lang}:orig_lost"] += orig is not None and orig.split(".")[0] in QUALITY_STAGES
         salad[f"{lang}:orig_by:{orig}"] += orig is not None
+        salad[f"{lang}:orig_salad"] += orig == "perplexity.word_salad"
     ppl = manifest.get("stages", {}).get("perplexity", {})
     return {"shapes": shapes_table(golds, work), "lid": lid, "lid_lang": lid_lang, "confusions": dict(confusions.most_common(15)),
-            "drops": drops, "mixed": mixed, "salad": salad,
-            "perplexity": {"facts": ppl.get("facts", {}), "warnings": ppl.get("warnings", [])},
+            "drops": drops, "navigation": navigation, "mixed": mixed, "salad": salad,
+            "perplexity": {"coverage": (ppl.get("fit") or {}).get("coverage", {}),
+                           "warnings": ppl.get("warnings", [])},
             "accounting": manifest.get("accounting")}
 
 
 def markdown(res: dict) -> str:
     """The benchmark's tables as Markdown."""
-    lines = ["## Multilingual quality, held-out corpus-multi (bench.multi)", "",
+    lines = [f"## Multilingual quality, {res.get('part', 'heldout')} part of corpus-multi (bench.multi)", "",
              "| language ID | documents | stage | bare lid.176 |", "|---|---:|---:|---:|"]
     for key in sorted(res["lid"], key=lambda k: (k != "all", k != "all >= 200 chars", k)):
         c = res["lid"][key]
@@ -329,9 +352,12 @@ def markdown(res: dict) -> str:
         for k, v in c.items():
             if k.startswith("reason:"):
                 per_rule[k[7:]] += v
-    lines += ["", f"| reason (all {total:,} well-formed held-out pages) | dropped | share |", "|---|---:|---:|"]
+    lines += ["", f"| reason (all {total:,} well-formed pages) | dropped | share |", "|---|---:|---:|"]
     for reason, v in per_rule.most_common():
         lines.append(f"| {reason} | {v} | {_pct(v, total)} |")
+    nav = res.get("navigation") or {}
+    lines += ["", f"navigation pages (no sentence; not in the tables above): {nav.get('n', 0)}, "
+                  f"{_pct(nav.get('dropped', 0), nav.get('n', 0))} dropped by quality"]
     m = res["mixed"]
     lines += ["", "| mixed pages (10-90% English paragraphs) | documents | dropped by quality | reasons |",
               "|---|---:|---:|---|"]
@@ -340,16 +366,21 @@ def markdown(res: dict) -> str:
                             if k.startswith(lang + ":") and "." in k)
         lines.append(f"| {lang} | {m[lang + ':n']} | {_pct(m[lang + ':dropped'], m[lang + ':n'])} | {reasons} |")
     s = res["salad"]
-    lines += ["", "| word salad | shuffled documents | dropped | by reason | originals lost |",
-              "|---|---:|---:|---|---:|"]
+    lines += ["", "| word salad | shuffled documents | dropped | by reason | originals lost as salad "
+                  "| originals lost (any quality rule) |", "|---|---:|---:|---|---:|---:|"]
     for lang in SALAD_LANGS:
         by = ", ".join(f"{k.split(':', 2)[2]} {v}" for k, v in s.items() if k.startswith(f"{lang}:by:"))
         lines.append(f"| {lang} | {s[lang + ':n']} | {_pct(s[lang + ':dropped'], s[lang + ':n'])} | {by} | "
+                     f"{_pct(s[lang + ':orig_salad'], s[lang + ':n'])} | "
                      f"{_pct(s[lang + ':orig_lost'], s[lang + ':n'])} |")
-    ppl = res["perplexity"]
-    lines += ["", "perplexity: " + json.dumps(ppl["facts"], ensure_ascii=False, sort_keys=True)[:1500]]
-    for w in ppl["warnings"]:
-        lines.append(f"- warning: {w}")
+    cov = res["perplexity"].get("coverage") or {}
+    scored, unscored = cov.get("scored") or {}, cov.get("unscored") or {}
+    lines += ["", f"perplexity: {len(scored)} languages scored, {len(unscored)} reported unscored "
+                  f"(each with a warning in the manifest, summary and report)", "",
+              "| language | scored | documents | chars |", "|---|---|---:|---:|"]
+    for lang, c in sorted({**scored, **unscored}.items(), key=lambda kv: -kv[1].get("docs", 0)):
+        lines.append(f"| {lang} | {'yes' if lang in scored else 'no'} | {c.get('docs', 0):,} | "
+                     f"{c.get('chars', 0):,} |")
     return "\n".join(lines)
 
 
@@ -382,6 +413,7 @@ def run(out_dir: Path, part: str = "heldout", workers: int = 2, reuse: bool = Fa
     missing = [i for i in index if i not in decided]
     res = evaluate(index, decided, manifest, work / "shapes")
     res["missing"] = len(missing)
+    res["part"] = part
     (Path(out_dir) / "multi.json").write_text(json.dumps(res, indent=1, ensure_ascii=False, default=dict))
     (Path(out_dir) / "multi.md").write_text(markdown(res) + "\n")
     return markdown(res) + (f"\n\n{len(missing)} documents have no decision (quarantined?)" if missing else "")
