@@ -29,8 +29,9 @@ Measures, on text no default was tuned on (:mod:`bench.multi_split`):
 
 It runs one real build (``pipeline.build``) of those documents with the
 default config (``configs/default.yaml``) except: every language allowed,
-the sources above (plus the default's KenLM reference source), mixture
-weights equal. Results: ``out/multi.json`` and the returned Markdown.
+the sources above (plus the default's KenLM reference source), and every
+kept document used (no mixture budget or weights). Results:
+``out/multi.json`` and the returned Markdown.
 
     .venv/bin/python -m bench.multi [--out bench-results] [--part heldout] [--workers 2] [--multi DIR]
 """
@@ -133,7 +134,9 @@ def prepare(part: str, work: Path, multi: Path = MULTI) -> tuple[dict, dict[str,
     cfg = {k: v for k, v in default.items() if k not in ("sources", "mixture", "corpora_dir")}
     cfg["sources"] = sources
     cfg["langid"] = dict(default.get("langid") or {}, allowed_languages=None)
-    cfg["mixture"] = {"token_budget": 4_000_000, "weights": {name: 1.0 for name in sources}}
+    # every kept document goes on (no budget, no weights): a source the quality stages empty
+    # (all of its word salad dropped) is then no error of the mixture
+    cfg["mixture"] = {}
     return cfg, index
 
 
