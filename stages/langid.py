@@ -86,6 +86,19 @@ _GROUP_OF = {code: group[0] for group in LANGUAGE_GROUPS for code in group}
 HAN_WEIGHT = 2.9
 KANA_WEIGHT = 1.4
 HANGUL_WEIGHT = 2.3
+# Line-by-line second reading of unsure chunks (_second_look). A chunk whose
+# own language has a probability below SECOND_LOOK_BELOW (0.5: CCNet's
+# document threshold, min_score's default) is read again line by line when
+# its lines of min_chars letters hold SECOND_LOOK_COVER of its letters; the
+# line reading counts when its mean probability is at least
+# SECOND_LOOK_ACCEPT. Our measurement (bench.langid_second_look,
+# ../shared/corpus and corpus-multi dev; docs/stages/langid.md, "Method" 7):
+# at 0.6, 75 documents lifted over min_score (of the 58 the later stages
+# keep: 20 gnome-help pages, 22 quotes, 16 junk); at 0.5, 149 (84 fortunes
+# kept, many ROT13, 23 gnome-help pages); at 0.7, 38 (11 gnome-help pages).
+SECOND_LOOK_BELOW = 0.5
+SECOND_LOOK_COVER = 0.8
+SECOND_LOOK_ACCEPT = 0.6
 # lid.176 label -> our language code, filled as labels are seen.
 _LABEL_CODES: dict[str, str] = {}
 
@@ -245,7 +258,9 @@ class Identified(NamedTuple):
             chunks whose best language is ``code`` (shares sum to 1).
         confidence: how surely the text is identified, 0..1, None without
             chunks: the weighted mean over the chunks of the probability of
-            each chunk's *own* best language (group-summed like ``top``).
+            each chunk's *own* best language (group-summed like ``top``;
+            for an unsure chunk, its line-by-line reading where that is
+            surer, :func:`_second_look`).
             It equals the document language's score for a one-language
             document; a page of English and Japanese paragraphs, each
             identified at 0.95, has confidence 0.95 where the score of its
@@ -329,15 +344,17 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
         return [Identified([], {}) for _ in texts]
     predict, k = load_model().f.predict, config.top_k
     predictions = [predict(chunk, k, 0.0, "replace") for chunk in flat]
+    second = _second_look(texts, per_doc, predictions, config)
     out: list[Identified] = []
     at = 0
     for doc_chunks, whole in per_doc:
         scores: dict[str, float] = {}
-        letters: dict[str, int] = {}
+        letters: dict[str, float] = {}
         total = 0
         sure = 0.0
         for chunk in doc_chunks:
             probs = _chunk_probabilities(predictions[at], chunk, whole)
+            lines = second.get(at)
             at += 1
             weight = (chunk.letters + (HAN_WEIGHT - 1) * chunk.han + (KANA_WEIGHT - 1) * chunk.kana
                       + (HANGUL_WEIGHT - 1) * chunk.hangul)
@@ -346,10 +363,15 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
                 scores[code] = scores.get(code, 0.0) + prob * weight
             if probs:
                 best = _ranked(probs)[0]    # groups first, as the document's language
-                letters[best] = letters.get(best, 0) + chunk.letters
-                own = _GROUP_OF.get(best)
-                sure += weight * (probs[best] if own is None else
-                                  sum(v for c, v in probs.items() if _GROUP_OF.get(c) == own))
+                own = _own_probability(probs, best)
+                if lines is not None and lines[0] > own:
+                    # read line by line, the chunk is identified more surely
+                    sure += weight * lines[0]
+                    for code, share in lines[1].items():
+                        letters[code] = letters.get(code, 0.0) + share * chunk.letters
+                else:
+                    letters[best] = letters.get(best, 0.0) + chunk.letters
+                    sure += weight * own
         ranked = _ranked(scores)[: config.top_k]
         # the chosen language scores its group's summed probability
         group = _GROUP_OF.get(ranked[0]) if ranked else None
@@ -359,6 +381,78 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
         # min: the summed zh/yue/wuu probabilities can exceed 1 by float rounding
         top = [(code, min(found[code] / total, 1.0)) for code in ranked]
         out.append(Identified(top, mix_shares(letters), min(sure / total, 1.0) if total else None))
+    return out
+
+
+def _own_probability(probs: dict[str, float], best: str) -> float:
+    """The probability of ``best`` in ``probs``, its group's summed when it
+    is in one of :data:`LANGUAGE_GROUPS`."""
+    own = _GROUP_OF.get(best)
+    return probs[best] if own is None else sum(v for c, v in probs.items() if _GROUP_OF.get(c) == own)
+
+
+def _line_probabilities(predict, line: str, k: int) -> dict[str, float]:
+    probs: dict[str, float] = {}
+    for prob, label in predict(model_text(" ".join(line.split())), k, 0.0, "replace"):
+        code = _LABEL_CODES.get(label) or _LABEL_CODES.setdefault(label, _code(label))
+        probs[code] = probs.get(code, 0.0) + prob
+    return probs
+
+
+def _second_look(texts: list[str], per_doc: list, predictions: list, config: Config
+                 ) -> dict[int, tuple[float, dict[str, float]]]:
+    """Line-by-line readings of the chunks lid.176 is unsure of.
+
+    A chunk that joins short lines (a translated title above an untranslated
+    English paragraph, as partly translated pages are) gets a low
+    probability for every language, though each of its lines is clear (our
+    measurement on corpus-multi dev: ``Opsæt automatisk hviletilstand`` + an
+    English paragraph, en 0.37 / da 0.21, so the page fell below
+    ``min_score``). A chunk is read again line by line when its own
+    language's probability is below :data:`SECOND_LOOK_BELOW`, it holds no
+    CJK letter (CJK lines are in chunks of their own already) and its lines
+    of at least ``min_chars`` letters are at least two and hold at least
+    :data:`SECOND_LOOK_COVER` of its letters (so a picture of symbols with
+    one caption line is not judged by the caption).
+
+    Returns:
+        ``{chunk index in predictions: (confidence, {code: letter share})}``
+        for each chunk whose line reading is surer than
+        :data:`SECOND_LOOK_ACCEPT`: the letter-weighted mean probability of
+        each line's own language (group-summed) and the share of the lines'
+        letters per language (sums to 1). The caller uses it where it is
+        surer than the chunk. The document language is never changed by it
+        (the language scores use the chunk readings only).
+    """
+    todo: list[tuple[int, list[tuple[str, int]]]] = []
+    at = 0
+    for text, (doc_chunks, whole) in zip(texts, per_doc):
+        for chunk in doc_chunks:
+            if chunk.cjk == 0 and chunk.letters:
+                probs = _chunk_probabilities(predictions[at], chunk, whole)
+                if not probs or _own_probability(probs, _ranked(probs)[0]) < SECOND_LOOK_BELOW:
+                    lines = [(line, n) for line in text[chunk.start:chunk.end].splitlines()
+                             if (n := sum(ch.isalpha() for ch in line)) >= config.min_chars]
+                    if len(lines) >= 2 and sum(n for _, n in lines) >= SECOND_LOOK_COVER * chunk.letters:
+                        todo.append((at, lines))
+            at += 1
+    if not todo:
+        return {}
+    predict, k = load_model().f.predict, config.top_k
+    out: dict[int, tuple[float, dict[str, float]]] = {}
+    for index, lines in todo:
+        sure = 0.0
+        letters: dict[str, int] = {}
+        total = 0
+        for line, n in lines:
+            probs = _line_probabilities(predict, line, k)
+            if probs:
+                best = _ranked(probs)[0]
+                sure += n * _own_probability(probs, best)
+                letters[best] = letters.get(best, 0) + n
+            total += n
+        if total and sure / total >= SECOND_LOOK_ACCEPT:
+            out[index] = (min(sure / total, 1.0), {code: n / total for code, n in letters.items()})
     return out
 
 

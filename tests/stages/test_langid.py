@@ -370,3 +370,47 @@ def test_serbian_page_with_english_paragraphs_is_not_english(tmp_path, monkeypat
     (row,) = _run(tmp_path, [text])
     # without the groups the page is labelled en (0.2891), wrongly
     assert json.loads(row["langid_top"])[0] == ["en", 0.2891] and row["langid_lang"] == "en"
+
+
+# gnome-help power-autosuspend.page, Danish translation (GNOME Documentation
+# Project, CC BY-SA 3.0; corpus-multi dev): a translated title above an
+# untranslated English paragraph, then Danish and English steps.
+PARTLY_DANISH = (
+    "Opsæt automatisk hviletilstand\n\nYou can configure your computer to automatically suspend when idle. "
+    "Different intervals can be specified for running on battery or plugged in.\n\nÅbn Aktivitetsoversigten og "
+    "begynd at skrive Strøm.\n\nKlik på Strøm for at åbne panelet.\n\nIn the Power Saving Options section, click "
+    "Automatic Suspend.\n\nChoose On Battery Power or Plugged In, set the switch to on, and select a Delay. Both "
+    "options can be configured.\n\nOn a desktop computer, there is one option labeled When Idle.")
+
+
+def test_partly_translated_page_is_read_line_by_line_where_a_chunk_is_unsure(tmp_path, monkeypatch):
+    (row,) = _run(tmp_path, [PARTLY_DANISH])
+    assert row["langid_lang"] == "en" and row["reason"] is None
+    assert round(row["langid_score"], 4) == 0.5467
+    assert json.loads(row["langid_mix"]) == {"da": 0.5369, "en": 0.4631}
+    # without the second look the Danish steps between English paragraphs
+    # are one chunk that lid.176 reads as da 0.47: the page fell below
+    # min_score 0.5 (read line by line: 0.64)
+    monkeypatch.setattr(langid, "SECOND_LOOK_BELOW", 0.0)
+    (before,) = _run(tmp_path, [PARTLY_DANISH])
+    assert before["langid_lang"] == "en" and before["reason"] == "langid.low_score"
+    assert round(before["langid_score"], 4) == 0.4949
+
+
+def test_second_look_needs_lines_that_cover_the_chunk(tmp_path):
+    # a picture of symbols with one caption line: the caption alone would be
+    # read surely, but it holds too few of the chunk's letters
+    picture = ("  o O o O o ,\n  (u) (x) o o\n  | .' o O o O o\n  (u) (x) (o) \"\"---.\n"
+               "Letzte Worte eines Fallschirmspringers\nam Abend vor dem Sprung")
+    (row,) = _run(tmp_path, [picture])
+    assert row["reason"] == "langid.low_score" and round(row["langid_score"], 4) == 0.4737   # de, as before
+    texts = [picture, PARTLY_DANISH]
+    per_doc = langid_chunks.chunks_many(texts, **CHUNKING)
+    flat = [langid.model_text(" ".join(t[c.start:c.end].split())) for t, (cs, _) in zip(texts, per_doc) for c in cs]
+    predict = langid.load_model().f.predict
+    second = langid._second_look(texts, per_doc, [predict(c, 3, 0.0, "replace") for c in flat], Config())
+    # the caption lines hold 54 of the picture chunk's 71 letters (< 80%): not
+    # read again; of the page's 3 chunks, the first (title + English, da 0.19)
+    # is read again but not surely enough (< 0.6), the second (da 0.47) is
+    assert list(second) == [2]
+    assert round(second[2][0], 4) == 0.644 and second[2][1] == {"da": 71 / 122, "en": 51 / 122}
