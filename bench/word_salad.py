@@ -33,7 +33,7 @@ from bench.multi import shuffle_words
 from bench.multi_split import gold, records as multi_records
 from pipeline.config import REPO_ROOT
 from stages.perplexity.config import Config
-from stages.perplexity.model import load_model, perplexity, score_sentences, train_language_model
+from stages.perplexity.model import load_model, perplexity, score_sentences_oov, train_language_model
 from stages.perplexity.salad import salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import LineTokenizer, normalized_lines
 
@@ -77,12 +77,12 @@ def _train(docs: list[tuple[str, str, str]], lang: str, cfg: Config, cache: Path
     return load_model(str(model_path))
 
 
-def _measure(model, text: str, lang: str, fold: str) -> tuple[int, float | None, float | None]:
+def _measure(model, text: str, lang: str, fold: str) -> tuple[int, float | None, float | None, int]:
     lines = normalized_lines(text, lang, fold)
     tokenizer = LineTokenizer(lang)
-    log10_sum, tokens = score_sentences(model, [t for t in tokenizer(lines) if t])
-    return tokens, perplexity(log10_sum, tokens), self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum,
-                                                                     tokens, text)
+    log10_sum, tokens, oov = score_sentences_oov(model, [t for t in tokenizer(lines) if t])
+    return (tokens, perplexity(log10_sum, tokens),
+            self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text), oov)
 
 
 def run(out_dir: Path, per_set: int, fold: str) -> list[dict]:
@@ -102,9 +102,9 @@ def run(out_dir: Path, per_set: int, fold: str) -> list[dict]:
             for doc_id, lang, text in docs:
                 model = models[lang][_fold(doc_id)] if name.startswith("debref") else models[lang]["full"]
                 for kind, body in (("clean", text), ("salad", salad(text, lang, doc_id))):
-                    tokens, value, ratio = _measure(model, body, lang, fold)
+                    tokens, value, ratio, oov = _measure(model, body, lang, fold)
                     rows.append({"set": name, "id": doc_id, "lang": lang, "kind": kind, "tokens": tokens,
-                                 "chars": len(body), "perplexity": value, "ratio": ratio})
+                                 "oov": oov, "chars": len(body), "perplexity": value, "ratio": ratio})
         print(f"scored {len(rows)} documents in {time.process_time() - t0:.1f} CPU s")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"word_salad-{fold}.json").write_text(json.dumps(rows))
@@ -133,7 +133,8 @@ def report(rows: list[dict], min_tokens: int) -> None:
 def defaults_table(rows: list[dict]) -> None:
     """Per set, at the stage's defaults (``word_salad_max_ratio``,
     ``word_salad_min_tokens``, ``word_salad_full_tokens``,
-    ``word_salad_max_perplexity``, :func:`stages.perplexity.salad.salad_cutoff`):
+    ``word_salad_max_perplexity``, ``word_salad_max_oov_share``,
+    :func:`stages.perplexity.salad.salad_cutoff`):
     clean documents lost and word salad of >= 300 characters dropped; the
     aptitude screen dumps (``ld-idm`` pages: terminal screens, not prose)
     are left out, as bench.multi does."""
@@ -147,8 +148,10 @@ def defaults_table(rows: list[dict]) -> None:
                 continue
             lang = r["lang"]
             bound = cfg.word_salad_max_perplexity.get(lang)
+            known = cfg.word_salad_max_oov_share
             dropped = (r["ratio"] is not None and r["tokens"] >= cfg.word_salad_min_tokens
                        and (bound is None or r["perplexity"] <= bound)
+                       and (known is None or r["oov"] <= known * r["tokens"])
                        and r["ratio"] <= salad_cutoff(cfg.word_salad_max_ratio[lang], r["tokens"],
                                                       cfg.word_salad_full_tokens))
             i = 0 if r["kind"] == "clean" else 2

@@ -41,6 +41,7 @@ from stages.perplexity.model import (  # noqa: F401
     reference_documents,
     reference_perplexities,
     score_sentences,
+    score_sentences_oov,
     train_kenlm,
     train_language_model,
     train_sentencepiece,

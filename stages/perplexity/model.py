@@ -100,6 +100,20 @@ def score_sentences(model, sentences: list[str]) -> tuple[float, int]:
     return log10_sum, tokens
 
 
+def score_sentences_oov(model, sentences: list[str]) -> tuple[float, int, int]:
+    """:func:`score_sentences` plus the number of scored tokens the model
+    does not know (KenLM's ``full_scores`` OOV flag; ``</s>`` is never
+    OOV): ``(sum of log10 p, tokens, oov tokens)``."""
+    log10_sum = 0.0
+    tokens = oov = 0
+    for sentence in sentences:
+        for log10_prob, _ngram_length, is_oov in model.full_scores(sentence, bos=True, eos=True):
+            log10_sum += log10_prob
+            tokens += 1
+            oov += is_oov
+    return log10_sum, tokens, oov
+
+
 def perplexity(log10_sum: float, tokens: int) -> float | None:
     """``10 ** (-log10_sum / tokens)``; None when there are no tokens."""
     if tokens <= 0:

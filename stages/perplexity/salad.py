@@ -78,9 +78,10 @@ def salad_cutoff(max_ratio: float, tokens: int, full_tokens: int) -> float:
     rows, ../shared/corpus and corpus-multi DEV, screen dumps left out):
     clean en documents of 60-149 tokens have ratios from 1.02 (one fortune;
     next 1.14, p5 1.28), their salad a median of 0.98 and p90 1.15; with
-    ``en: 1.15`` this cut-off drops 97.2% of en salad of >= 300 characters
+    ``en: 1.15`` this cut-off drops 96.5% of en salad of >= 300 characters
     (86.3% with the check only from 150 tokens) for the same 2 of 1,068
-    clean documents lost, and zh (``zh: 1.35``) 95.8% for 1 of 1,246.
+    clean documents lost, and zh (``zh: 1.35``) 96.4% for 1 of 1,246
+    (before ``word_salad_max_oov_share``).
 
     Args:
         max_ratio: the language's ``word_salad_max_ratio`` (> 0).

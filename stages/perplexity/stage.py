@@ -19,6 +19,7 @@ from stages.perplexity.model import (NO_LANGUAGE, TOKENIZER_FILE, _load_model, _
                                      _words_tokenizer, language_counts, load_model, load_tokenizer, percentile,
                                      perplexity, reference_chars,
                                      reference_documents, reference_perplexities, score_sentences,
+                                     score_sentences_oov,
                                      train_language_model)
 from stages.perplexity.salad import REASON_WORD_SALAD, salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import normalized_lines
@@ -64,8 +65,9 @@ class PerplexityStage(Stage):
     unmeasured) and ``perplexity_shuffle_ratio`` (float64: the self-shuffle
     ratio, :func:`stages.perplexity.salad.self_shuffle_ratio`; null unless the
     language is in ``word_salad_max_ratio``, the document has at least
-    ``word_salad_min_tokens`` tokens and a perplexity within
-    ``word_salad_max_perplexity``). With ``action="drop"``, a document whose
+    ``word_salad_min_tokens`` tokens, a perplexity within
+    ``word_salad_max_perplexity`` and at most ``word_salad_max_oov_share`` of
+    its tokens unknown to the model). With ``action="drop"``, a document whose
     ratio is at or below its language's cut-off
     (:func:`stages.perplexity.salad.salad_cutoff`: lower for documents
     shorter than ``word_salad_full_tokens``) gets reason
@@ -341,12 +343,14 @@ class PerplexityStage(Stage):
                 tokenizer = load_tokenizer(None if sp_name is None else str(work_dir / sp_name),
                                            lang)
                 lines = normalized_lines(text, lang, cfg.fold_chinese_script)
-                log10_sum, tokens = score_sentences(model, [t for t in tokenizer(lines) if t])
+                log10_sum, tokens, oov = score_sentences_oov(model, [t for t in tokenizer(lines) if t])
                 value = perplexity(log10_sum, tokens)
                 max_ratio = cfg.word_salad_max_ratio.get(lang)
                 readable = cfg.word_salad_max_perplexity.get(lang)
+                known = cfg.word_salad_max_oov_share
                 if (max_ratio is not None and tokens >= cfg.word_salad_min_tokens and value is not None
-                        and (readable is None or value <= readable)):
+                        and (readable is None or value <= readable)
+                        and (known is None or oov <= known * tokens)):
                     ratio = self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text)
             values.append(value)
             ratios.append(ratio)

@@ -140,6 +140,25 @@ def test_short_documents_get_a_lower_cutoff(trained):
     assert all(r <= 1.35 for r in ratio[20:])
 
 
+PRESIDENTS = ("George Washington\nJohn Adams\nThomas Jefferson\nJames Madison\nJames Monroe\nJohn Quincy Adams\n"
+              "Andrew Jackson\nMartin Van Buren\nWilliam Henry Harrison\nJohn Tyler\nJames K. Polk\nZachary Taylor\n"
+              "Millard Fillmore\nFranklin Pierce\nJames Buchanan\nAbraham Lincoln\nAndrew Johnson\nUlysses S. Grant\n"
+              "Rutherford B. Hayes\nJames A. Garfield\nChester A. Arthur\nGrover Cleveland\nBenjamin Harrison\n"
+              "William McKinley\nTheodore Roosevelt")
+
+
+def test_text_the_model_does_not_know_is_not_judged_as_word_salad(trained, tmp_path):
+    # a list of names: the Debian model knows few of its words, so their order
+    # tells it nothing (ratio ~0.9, below any cut-off); the OOV bound leaves it unjudged
+    stage, _, _ = trained
+    out = stage.process(_table([(PRESIDENTS, "en")]))
+    assert out["perplexity_shuffle_ratio"].to_pylist() == [None] and out["reason"].to_pylist() == [None]
+    unbounded = PerplexityStage(stage.config.model_copy(update={"word_salad_max_oov_share": None}), stage.ctx)
+    out = unbounded.process(_table([(PRESIDENTS, "en")]))
+    assert out["perplexity_shuffle_ratio"].to_pylist()[0] < 1.0
+    assert out["reason"].to_pylist() == ["perplexity.word_salad"]
+
+
 def test_traditional_and_simplified_twins_score_within_a_factor_of_1_3(trained):
     stage, _, _ = trained
     hans, hant = _manpage_twins()
