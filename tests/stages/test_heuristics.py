@@ -419,7 +419,8 @@ def test_effective_thresholds_per_language_after_presets_and_overrides():
     settings = HeuristicsStage.effective_settings(config)
     assert list(settings) == ["thresholds"]
     t = settings["thresholds"]
-    assert list(t) == ["bo", "code", "de", "default", "dz", "en", "fr", "ja", "km", "ko", "lo", "ml", "my", "th", "zh"]
+    assert list(t) == ["bo", "code", "de", "default", "dz", "en", "fr", "ja", "km", "kn", "ko", "lo", "ml", "my",
+                       "ta", "te", "th", "zh"]
     assert (t["zh"]["min_chars"], t["zh"]["max_duplicate_5gram_char_share"], t["zh"]["short_line_chars"]) \
         == (10, 0.25, 16)
     assert "min_stop_words" not in t["zh"] and "min_mean_word_length" not in t["zh"]    # off: absent

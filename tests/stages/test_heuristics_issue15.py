@@ -150,7 +150,7 @@ def test_quality_words(text, lang, expected):
 
 # UDHR article 1 (public domain translations, unicode.org/udhr) in scripts
 # written without spaces between words (th, km), with the tsheg for a space
-# (bo), and with long agglutinated words (ml).
+# (bo), and with long agglutinated words (ml, ta, te).
 UNSPACED = {
     "th": "มนุษย์ทั้งหลายเกิดมามีอิสระและเสมอภาคกันในเกียรติศักดิ์และสิทธิ ต่างมีเหตุผลและมโนธรรม "
           "และควรปฏิบัติต่อกันด้วยเจตนารมณ์แห่งภราดรภาพ",
@@ -161,12 +161,18 @@ UNSPACED = {
     "ml": "മനുഷ്യരെല്ലാവരും തുല്യാവകാശങ്ങളോടും അന്തസ്സോടും സ്വാതന്ത്ര്യത്തോടുംകൂടി ജനിച്ചിട്ടുള്ളവരാണ്‌. "
           "അന്യോന്യം ഭ്രാതൃഭാവത്തോടെ പെരുമാറുവാനാണ്‌ മനുഷ്യന്നു വിവേകബുദ്ധിയും മനസ്സാക്ഷിയും "
           "സിദ്ധമായിരിക്കുന്നത്‌.",
+    "ta": "மனிதப் பிறவியினர் சகலரும் சுதந்திரமாகவே பிறக்கின்றனர்; அவர்கள் மதிப்பிலும், உரிமைகளிலும் "
+          "சமமானவர்கள். அவர்கள் நியாயத்தையும் மனச்சாட்சியையும் இயற்பண்பாகப் பெற்றவர்கள். அவர்கள் "
+          "ஒருவருடனொருவர் சகோதர உணர்வுப் பாங்கில் நடந்துகொள்ளல் வேண்டும்.",
+    "te": "ప్రతిపత్తిస్వత్వముల విషయమున మానవులెల్లరును జన్మతః స్వతంత్రులును సమానులును నగుదురు. వారు "
+          "వివేచన-అంతఃకరణ సంపన్నులగుటచే పరస్పరము భ్రాతృభావముతో వర్తింపవలయును.",
 }
 
 
 @pytest.mark.parametrize("lang, default_reason", [
     ("bo", "heuristics.min_mean_word_length"), ("km", "heuristics.max_mean_word_length"),
-    ("ml", "heuristics.max_mean_word_length"), ("th", "heuristics.min_words")])
+    ("ml", "heuristics.max_mean_word_length"), ("ta", "heuristics.max_mean_word_length"),
+    ("te", "heuristics.max_mean_word_length"), ("th", "heuristics.min_words")])
 def test_scripts_without_spaced_words_are_kept(lang, default_reason):
     (reason,) = _process([UNSPACED[lang]], [lang])["reason"].to_pylist()
     assert reason is None
