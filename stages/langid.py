@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -43,7 +44,7 @@ import pydantic
 from stages.base import Column, Stage, StageConfig, with_decision
 from stages.lang_codes import canonical, canonical_keys, yaml_codes
 from stages.langid_chunks import Chunk, chunks_many, script_language
-from stages.text import half_width_alnum
+from stages.text import FORMAT_CHARS, half_width_alnum
 from stages.zh_script import chinese_script
 
 # lid.176 labels merged into one code; the script is recorded separately.
@@ -93,9 +94,9 @@ HANGUL_WEIGHT = 2.3
 # line reading counts when its mean probability is at least
 # SECOND_LOOK_ACCEPT. Our measurement (bench.langid_second_look,
 # ../shared/corpus and corpus-multi dev; docs/stages/langid.md, "Method" 7):
-# at 0.6, 75 documents lifted over min_score (of the 58 the later stages
-# keep: 20 gnome-help pages, 22 quotes, 16 junk); at 0.5, 149 (84 fortunes
-# kept, many ROT13, 23 gnome-help pages); at 0.7, 38 (11 gnome-help pages).
+# at 0.6, 58 documents lifted over min_score (of the 47 the later stages
+# keep: 17 gnome-help pages, 20 quotes, 10 junk); at 0.5, 113 (69 fortunes
+# kept, many ROT13, 19 gnome-help pages); at 0.7, 29 (9 gnome-help pages).
 SECOND_LOOK_BELOW = 0.5
 SECOND_LOOK_COVER = 0.8
 SECOND_LOOK_ACCEPT = 0.6
@@ -223,6 +224,24 @@ def load_model():
     return fasttext.load_model(str(path))
 
 
+# What lid.176 reads in place of some characters (model_text): invisible
+# format characters (Cf) removed, except ZWNJ and ZWJ (U+200C/D: they are
+# spelling in Persian and the Indic scripts), and the compatibility letters
+# that text extraction and obfuscation produce folded by NFKC: mathematical
+# alphanumerics (U+1D400-1D7FF: 𝐓𝐡𝐞 -> The) and Arabic presentation forms
+# (U+FB50-FDFF, U+FE70-FEFC: Arabic copied from PDFs). Hostile test: English
+# with U+200B between letters was km 0.62, bold-math English zh 0.66, Arabic
+# in presentation forms yo 0.05.
+_KEEP_FORMAT = (0x200C, 0x200D)
+_MODEL_FOLD: dict[int, str | None] = {
+    **{cp: None for cp in FORMAT_CHARS if cp not in _KEEP_FORMAT},
+    **{cp: unicodedata.normalize("NFKC", chr(cp))
+       for lo, hi in ((0x1D400, 0x1D800), (0xFB50, 0xFE00), (0xFE70, 0xFEFD))
+       for cp in range(lo, hi) if unicodedata.normalize("NFKC", chr(cp)) != chr(cp)},
+}
+_MODEL_FOLD_RE = re.compile("[" + "".join(re.escape(chr(cp)) for cp in sorted(_MODEL_FOLD)) + "]")
+
+
 def model_text(chunk: str) -> str:
     """The text lid.176 reads for one chunk (whitespace folded): full-width Latin letters and
     digits (U+FF10-FF19, U+FF21-FF3A, U+FF41-FF5A) as ASCII, since lid.176
@@ -231,8 +250,12 @@ def model_text(chunk: str) -> str:
     lid.176 recognizes Chinese (NFKC of everything turned 115 Chinese man
     pages of /work/shared/corpus into ``langid.low_score``, measured). Lone
     surrogates become U+FFFD (fastText's string conversion refuses them).
+    Format characters are removed and mathematical letters and Arabic
+    presentation forms folded (:data:`_MODEL_FOLD`).
     Ends in the newline fastText's ``predict`` expects."""
     chunk = half_width_alnum(chunk)
+    if not chunk.isascii() and _MODEL_FOLD_RE.search(chunk):
+        chunk = " ".join(chunk.translate(_MODEL_FOLD).split())
     if not chunk.isascii() and _SURROGATE_RE.search(chunk):
         chunk = _SURROGATE_RE.sub("\ufffd", chunk)
     return chunk + "\n"
@@ -413,7 +436,12 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
     CJK letter (CJK lines are in chunks of their own already) and its lines
     of at least ``min_chars`` letters are at least two and hold at least
     :data:`SECOND_LOOK_COVER` of its letters (so a picture of symbols with
-    one caption line is not judged by the caption).
+    one caption line is not judged by the caption). The line reading counts
+    only when its lines are in at most two languages (a group of
+    :data:`LANGUAGE_GROUPS` is one), one of them the chunk's own: a page of
+    one line per language (a language selector, "hello" in ten languages)
+    is every line surely identified but is no text of one language
+    (hostile test: such pages went from 0.22 to 0.98).
 
     Returns:
         ``{chunk index in predictions: (confidence, {code: letter share})}``
@@ -425,16 +453,19 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
         (the language scores use the chunk readings only).
     """
     todo: list[tuple[int, list[tuple[str, int]]]] = []
+    chunk_best: dict[int, str] = {}
     at = 0
     for text, (doc_chunks, whole) in zip(texts, per_doc):
         for chunk in doc_chunks:
             if chunk.cjk == 0 and chunk.letters:
                 probs = _chunk_probabilities(predictions[at], chunk, whole)
-                if not probs or _own_probability(probs, _ranked(probs)[0]) < SECOND_LOOK_BELOW:
+                best = _ranked(probs)[0] if probs else None
+                if best is not None and _own_probability(probs, best) < SECOND_LOOK_BELOW:
                     lines = [(line, n) for line in text[chunk.start:chunk.end].splitlines()
                              if (n := sum(ch.isalpha() for ch in line)) >= config.min_chars]
                     if len(lines) >= 2 and sum(n for _, n in lines) >= SECOND_LOOK_COVER * chunk.letters:
                         todo.append((at, lines))
+                        chunk_best[at] = best
             at += 1
     if not todo:
         return {}
@@ -451,7 +482,9 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
                 sure += n * _own_probability(probs, best)
                 letters[best] = letters.get(best, 0) + n
             total += n
-        if total and sure / total >= SECOND_LOOK_ACCEPT:
+        groups = {_GROUP_OF.get(code, code) for code in letters}
+        if (total and sure / total >= SECOND_LOOK_ACCEPT and len(groups) <= 2
+                and _GROUP_OF.get(chunk_best[index], chunk_best[index]) in groups):
             out[index] = (min(sure / total, 1.0), {code: n / total for code, n in letters.items()})
     return out
 

@@ -39,6 +39,13 @@ def half_width_alnum(text: str) -> str:
     if not text.isascii() and FULL_WIDTH_ALNUM_RE.search(text):
         return text.translate(FULL_WIDTH_ALNUM)
     return text
+# Invisible format characters (Unicode Cf: ZWSP, ZWNJ, ZWJ, LRM/RLM, bidi
+# embeddings and isolates, BOM, soft hyphen, tags). They live in planes 0, 1
+# and 14 only. Categories come from the running Python's unicodedata.
+FORMAT_CHARS: frozenset[int] = frozenset(
+    cp for cp in (*range(0x20000), *range(0xE0000, 0xE0080)) if unicodedata.category(chr(cp)) == "Cf")
+
+
 # A paragraph break: a line break, then one or more blank (whitespace-only)
 # lines. Line breaks are those of str.splitlines (LF, CRLF, CR, VT, FF,
 # FS/GS/RS, NEL, U+2028, U+2029). Written as one literal per branch: re then

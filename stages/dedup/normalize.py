@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stages.text import CJK_CHAR_CLASS, CJK_LANGS
+from stages.text import CJK_CHAR_CLASS, CJK_LANGS, FORMAT_CHARS
 
 UNKNOWN_LANGS = frozenset({"", "und", "unknown", "zxx"})
 # Languages whose CJK text is never folded to Simplified Chinese (Japanese
@@ -70,9 +70,8 @@ def _punctuation_res() -> tuple[re.Pattern, re.Pattern]:
 # embeddings and isolates, BOM, soft hyphen, tags): removed before
 # comparing, so a copy padded or interleaved with them equals its original
 # (hostile test: an Arabic text wrapped in U+202B...U+202C was kept over the
-# clean one as "longer"). Cf characters live in planes 0, 1 and 14 only.
-_FORMAT_CHARS = {cp: None for cp in (*range(0x20000), *range(0xE0000, 0xE0080))
-                 if unicodedata.category(chr(cp)) == "Cf"}
+# clean one as "longer"). The set is stages.text.FORMAT_CHARS.
+_FORMAT_CHARS = dict.fromkeys(FORMAT_CHARS)
 _FORMAT_RE = re.compile("[" + "".join(re.escape(chr(cp)) for cp in _FORMAT_CHARS) + "]")
 _FORMAT_RE2 = r"\p{Cf}+"
 

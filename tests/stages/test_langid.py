@@ -414,3 +414,27 @@ def test_second_look_needs_lines_that_cover_the_chunk(tmp_path):
     # is read again but not surely enough (< 0.6), the second (da 0.47) is
     assert list(second) == [2]
     assert round(second[2][0], 4) == 0.644 and second[2][1] == {"da": 71 / 122, "en": 51 / 122}
+
+
+SELECTOR = ("Read this page in English\nDiese Seite auf Deutsch lesen\nLire cette page en français\n"
+            "Leer esta página en español\nLeggi questa pagina in italiano\nLeia esta página em português\n"
+            "Lees deze pagina in het Nederlands\nLäs den här sidan på svenska\nPrzeczytaj tę stronę po polsku\n"
+            "Прочитать эту страницу на русском")
+
+
+def test_second_look_refuses_a_page_of_one_line_per_language(tmp_path, monkeypatch):
+    # each line is surely identified, but ten languages are no text of one:
+    # the line reading is refused (more than two languages), the page stays unsure
+    (row,) = _run(tmp_path, [SELECTOR])
+    assert row["reason"] == "langid.low_score" and round(row["langid_score"], 4) == 0.2242
+    monkeypatch.setattr(langid, "SECOND_LOOK_BELOW", 0.0)
+    assert round(_run(tmp_path, [SELECTOR])[0]["langid_score"], 4) == 0.2242
+
+
+def test_format_characters_and_compatibility_letters_are_folded_for_the_model(tmp_path):
+    zero_width = "\u200b".join(ENGLISH)                       # a zero-width space between all characters
+    bold = "".join(chr(0x1D41A + ord(c) - ord("a")) if "a" <= c <= "z" else c for c in ENGLISH)   # 𝐚..𝐳
+    rows = _run(tmp_path, [zero_width, bold])
+    assert [r["langid_lang"] for r in rows] == ["en", "en"] and [r["reason"] for r in rows] == [None, None]
+    assert langid.model_text("a\u200bb\u200cc\u200dd\u00ade") == "ab\u200cc\u200dde\n"   # ZWNJ, ZWJ kept
+    assert langid.model_text("\ufeb3\ufefc") == "\u0633\u0644\u0627\n"                 # presentation forms
