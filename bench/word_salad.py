@@ -34,7 +34,7 @@ from bench.multi_split import gold, records as multi_records
 from pipeline.config import REPO_ROOT
 from stages.perplexity.config import Config
 from stages.perplexity.model import load_model, perplexity, score_sentences_oov, train_language_model
-from stages.perplexity.salad import salad_cutoff, self_shuffle_ratio
+from stages.perplexity.salad import modern_zh_share, salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import LineTokenizer, normalized_lines
 
 CORPUS = REPO_ROOT.parent / "shared" / "corpus"
@@ -104,7 +104,8 @@ def run(out_dir: Path, per_set: int, fold: str) -> list[dict]:
                 for kind, body in (("clean", text), ("salad", salad(text, lang, doc_id))):
                     tokens, value, ratio, oov = _measure(model, body, lang, fold)
                     rows.append({"set": name, "id": doc_id, "lang": lang, "kind": kind, "tokens": tokens,
-                                 "oov": oov, "chars": len(body), "perplexity": value, "ratio": ratio})
+                                 "oov": oov, "modern_zh": modern_zh_share(body), "chars": len(body),
+                                 "perplexity": value, "ratio": ratio})
         print(f"scored {len(rows)} documents in {time.process_time() - t0:.1f} CPU s")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"word_salad-{fold}.json").write_text(json.dumps(rows))
@@ -134,6 +135,7 @@ def defaults_table(rows: list[dict]) -> None:
     """Per set, at the stage's defaults (``word_salad_max_ratio``,
     ``word_salad_min_tokens``, ``word_salad_full_tokens``,
     ``word_salad_max_perplexity``, ``word_salad_max_oov_share``,
+    ``word_salad_zh_min_modern_share``,
     :func:`stages.perplexity.salad.salad_cutoff`):
     clean documents lost and word salad of >= 300 characters dropped; the
     aptitude screen dumps (``ld-idm`` pages: terminal screens, not prose)
@@ -152,6 +154,7 @@ def defaults_table(rows: list[dict]) -> None:
             dropped = (r["ratio"] is not None and r["tokens"] >= cfg.word_salad_min_tokens
                        and (bound is None or r["perplexity"] <= bound)
                        and (known is None or r["oov"] <= known * r["tokens"])
+                       and (lang != "zh" or (r["modern_zh"] or 0.0) >= cfg.word_salad_zh_min_modern_share)
                        and r["ratio"] <= salad_cutoff(cfg.word_salad_max_ratio[lang], r["tokens"],
                                                       cfg.word_salad_full_tokens))
             i = 0 if r["kind"] == "clean" else 2

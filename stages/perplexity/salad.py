@@ -67,6 +67,25 @@ UNSPACED_LANGUAGES = frozenset({"zh", "yue", "wuu", "ja", "ko", "th", "lo", "km"
 UNSPACED_CHUNK = 40
 
 
+#: Particles of modern written Chinese that Classical Chinese does not use
+#: (的 了 们 这 吗 呢 吧 啊 么 着, and 們 這 嗎 麼 in Traditional script; not 著,
+#: which Classical Chinese uses as a verb).
+MODERN_ZH_PARTICLES = frozenset("的了们們这這吗嗎呢吧啊么麼着")
+
+
+def modern_zh_share(text: str) -> float | None:
+    """Share of the Han characters (U+4E00-U+9FFF) of ``text`` that are
+    :data:`MODERN_ZH_PARTICLES`; None below 20 Han characters.
+
+    Our measurement (bench.word_salad sets, DEV): p1 0.015 for zh man
+    pages, 0.041 for corpus-multi pages, 0.047 for debref; 0.0 for 187 of
+    the 253 zh fortunes measured (classical prose and Tang poems)."""
+    han = [ch for ch in text if "\u4e00" <= ch <= "\u9fff"]
+    if len(han) < 20:
+        return None
+    return sum(ch in MODERN_ZH_PARTICLES for ch in han) / len(han)
+
+
 def salad_cutoff(max_ratio: float, tokens: int, full_tokens: int) -> float:
     """The self-shuffle ratio at or below which a document of ``tokens``
     model tokens is word salad.

@@ -21,7 +21,7 @@ from stages.perplexity.model import (NO_LANGUAGE, TOKENIZER_FILE, _load_model, _
                                      reference_documents, reference_perplexities, score_sentences,
                                      score_sentences_oov,
                                      train_language_model)
-from stages.perplexity.salad import REASON_WORD_SALAD, salad_cutoff, self_shuffle_ratio
+from stages.perplexity.salad import REASON_WORD_SALAD, modern_zh_share, salad_cutoff, self_shuffle_ratio
 from stages.perplexity.text import normalized_lines
 
 REASON_ABOVE_THRESHOLD = "perplexity.above_threshold"
@@ -67,7 +67,8 @@ class PerplexityStage(Stage):
     language is in ``word_salad_max_ratio``, the document has at least
     ``word_salad_min_tokens`` tokens, a perplexity within
     ``word_salad_max_perplexity`` and at most ``word_salad_max_oov_share`` of
-    its tokens unknown to the model). With ``action="drop"``, a document whose
+    its tokens unknown to the model, and for zh, written in modern Chinese:
+    ``word_salad_zh_min_modern_share``). With ``action="drop"``, a document whose
     ratio is at or below its language's cut-off
     (:func:`stages.perplexity.salad.salad_cutoff`: lower for documents
     shorter than ``word_salad_full_tokens``) gets reason
@@ -350,7 +351,9 @@ class PerplexityStage(Stage):
                 known = cfg.word_salad_max_oov_share
                 if (max_ratio is not None and tokens >= cfg.word_salad_min_tokens and value is not None
                         and (readable is None or value <= readable)
-                        and (known is None or oov <= known * tokens)):
+                        and (known is None or oov <= known * tokens)
+                        and (lang != "zh" or cfg.word_salad_zh_min_modern_share is None
+                             or (modern_zh_share(text) or 0.0) >= cfg.word_salad_zh_min_modern_share)):
                     ratio = self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text)
             values.append(value)
             ratios.append(ratio)

@@ -17,7 +17,7 @@ import zstandard
 from common.errors import StageFailure
 from stages.base import Partitions, StageContext
 from stages.perplexity import Config, PerplexityStage
-from stages.perplexity.salad import salad_cutoff, shuffled_lines
+from stages.perplexity.salad import modern_zh_share, salad_cutoff, shuffled_lines
 from stages.text import _rjieba
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,6 +157,28 @@ def test_text_the_model_does_not_know_is_not_judged_as_word_salad(trained, tmp_p
     out = unbounded.process(_table([(PRESIDENTS, "en")]))
     assert out["perplexity_shuffle_ratio"].to_pylist()[0] < 1.0
     assert out["reason"].to_pylist() == ["perplexity.word_salad"]
+
+
+def _sample_fortunes(lines: set[int]) -> list[str]:
+    with open(SAMPLE / "web-fortunes.jsonl.zst", "rb") as fh:
+        reader = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8")
+        return [json.loads(line)["text"] for i, line in enumerate(reader, 1) if i in lines]
+
+
+def test_classical_chinese_is_not_judged_as_word_salad(trained):
+    # two passages of the Analects in the bundled sample: a model of modern
+    # Chinese does not know classical word order (ratios ~1.0-1.2), and they
+    # hold no particle of modern Chinese, so they are not judged
+    stage, _, held = trained
+    analects = _sample_fortunes({2597, 2667})
+    assert [modern_zh_share(t) for t in analects] == [0.0, 0.0] and modern_zh_share(held["zh"]) > 0.03
+    out = stage.process(_table([(t, "zh") for t in analects]))
+    assert out["perplexity_shuffle_ratio"].to_pylist() == [None, None] and out["reason"].to_pylist() == [None, None]
+    always = PerplexityStage(stage.config.model_copy(update={"word_salad_zh_min_modern_share": None}), stage.ctx)
+    out = always.process(_table([(t, "zh") for t in analects]))
+    assert all(r < 1.35 for r in out["perplexity_shuffle_ratio"].to_pylist())
+    assert out["reason"].to_pylist() == ["perplexity.word_salad"] * 2
+    assert modern_zh_share("之乎者也") is None                  # fewer than 20 Han characters
 
 
 def test_traditional_and_simplified_twins_score_within_a_factor_of_1_3(trained):
