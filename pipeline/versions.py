@@ -204,6 +204,24 @@ def _short(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _change(a: Any, b: Any, width: int = 40) -> str:
+    """``a -> b`` for one changed setting, readable when long: two lists
+    give the items added and removed (in full); two long strings are cut
+    from the first character where they differ, so the change is what shows
+    (a truncated ``['zh', 'en', 'ja', …`` on both sides hid an added ``nb``)."""
+    if isinstance(a, list) and isinstance(b, list) and (len(str(a)) > width or len(str(b)) > width):
+        added = [x for x in b if x not in a]
+        removed = [x for x in a if x not in b]
+        parts = ([f"+{added}"] if added else []) + ([f"-{removed}"] if removed else [])
+        return " ".join(parts) if parts else f"{_short(a)} -> {_short(b)} (same items, reordered)"
+    if isinstance(a, str) and isinstance(b, str) and (len(a) > width or len(b) > width):
+        start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        cut = max(0, start - 10)
+        pre = "…" if cut else ""
+        return f"{_short(pre + a[cut:], width)} -> {_short(pre + b[cut:], width)}"
+    return f"{_short(a, width)} -> {_short(b, width)}"
+
+
 def format_diff(diff: dict[str, Any]) -> str:
     """Plain text of :func:`diff_versions`: config changes, count changes, then
     per source documents in A and B, added and removed (with examples)."""
@@ -211,13 +229,13 @@ def format_diff(diff: dict[str, Any]) -> str:
             f"shards {'identical' if diff['same_shards'] else 'differ'}")]
     out += list(diff.get("headlines") or [])
     out.append(f"config ({len(diff['config'])} keys differ)")
-    out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff["config"].items()]
+    out += [f"  {k}: {_change(a, b)}" for k, (a, b) in diff["config"].items()]
     out.append(f"counts ({len(diff['counts'])} differ)")
     out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff["counts"].items()]
     out.append(f"code ({len(diff.get('code', {}))} phases differ)")
     out += [f"  {phase}: {a} -> {b}" for phase, (a, b) in diff.get("code", {}).items()]
     out.append(f"fit facts ({len(diff.get('fit', {}))} differ)")
-    out += [f"  {k}: {_short(a)} -> {_short(b)}" for k, (a, b) in diff.get("fit", {}).items()]
+    out += [f"  {k}: {_change(a, b)}" for k, (a, b) in diff.get("fit", {}).items()]
     for stage, (a, b) in diff.get("warnings", {}).items():
         out.append(f"warnings of {stage}: {len(a)} -> {len(b)}")
         out += [f"  - {line}" for line in a if line not in b] + [f"  + {line}" for line in b if line not in a]

@@ -171,3 +171,15 @@ def test_verify_fails_on_an_edited_manifest_and_names_a_corrupt_one_in_one_line(
     write_manifest({**manifest, "shards": [{**manifest["shards"][0], "name": "../../etc/passwd"}]}, copy)
     assert verify_version(copy)["problems"] == [{"kind": "manifest", "file": "manifest.json", "reason":
                                                  "shard entry '../../etc/passwd': no usable name or sha256"}]
+
+
+def test_long_config_changes_show_what_changed():
+    from pipeline.versions import _change
+
+    allow = ["zh", "en", "ja", "de", "fr", "es", "ru", "code"]
+    assert _change(allow, allow + ["nb"]) == "+['nb']"                     # not two identical prefixes
+    assert _change(allow, allow[1:] + ["nb"]) == "+['nb'] -['zh']"
+    assert _change(allow, allow[::-1]).endswith("(same items, reordered)")
+    why = "no document of reference source 'reference' was detected as no (langid labels the reference)"
+    assert _change(why, why.replace("as no", "as nb")) == "…ected as no (langid labels the referen… -> …ected as nb (langid labels the referen…"
+    assert _change(None, 5000) == "None -> 5000" and _change(0.5, 0.25) == "0.5000 -> 0.2500"
