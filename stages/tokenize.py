@@ -334,6 +334,34 @@ def train_bpe(texts, config: Config):
     return tokenizer
 
 
+def portable_json(tokenizer) -> str:
+    """The ``tokenizer.json`` text of ``tokenizer`` in a form every
+    ``tokenizers`` release from 0.15 on reads, with the same ids.
+
+    ``tokenizers`` 0.20 and later write BPE merges as pairs
+    (``[["Ġ", "t"], ...]``); 0.15 (the release mindformers 1.8 pins) reads
+    only the older ``"Ġ t"`` strings and refuses the file ("data did not
+    match any variant of untagged enum ModelWrapper"). Newer releases read
+    both. So merges are written as strings when no merge piece holds a
+    space (true of every byte-level BPE: a space is ``Ġ``); otherwise the
+    pairs are kept (the string form cannot express them). Our measurement:
+    the default build's tokenizer.json written this way loads in 0.15.2 and
+    0.23.3 and gives the same ids on mixed zh/en text
+    (tests/stages/test_tokenize.py).
+
+    Returns:
+        JSON text (UTF-8 characters unescaped, indent 2: deterministic for
+        one tokenizer).
+    """
+    spec = json.loads(tokenizer.to_str())
+    model = spec.get("model") or {}
+    merges = model.get("merges")
+    if (model.get("type") == "BPE" and isinstance(merges, list) and merges
+            and all(isinstance(m, list) and len(m) == 2 and " " not in m[0] and " " not in m[1] for m in merges)):
+        model["merges"] = [f"{a} {b}" for a, b in merges]
+    return json.dumps(spec, ensure_ascii=False, indent=2) + "\n"
+
+
 def load_tokenizer(path: Path, eos_token: str):
     """Load a ``tokenizer.json`` and check it has ``eos_token``.
 
@@ -770,7 +798,7 @@ class TokenizeStage(Stage):
             tokenizer = train_bpe(training_sample(partitions, config, self.ctx.seed, counts,
                                                   Path(self.ctx.work_dir) / "sample"), config)
             with atomic_path(out) as tmp:
-                tokenizer.save(str(tmp))
+                Path(tmp).write_text(portable_json(tokenizer), encoding="utf-8")
         _, encoder_facts = choose_encoder(tokenizer, _check_sample(partitions), config.encode_threads)
         (out.parent / ENCODER_FILE).write_text(json.dumps(encoder_facts, sort_keys=True))
         largest = max_token_id(tokenizer)

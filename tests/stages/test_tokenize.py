@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ from stages.tokenize import (
     build_trainable_tokenizer,
     choose_encoder,
     encode_documents,
+    portable_json,
     is_heldout,
     token_bytes,
     token_id_dtype,
@@ -410,3 +413,36 @@ def test_transformers_loads_the_tokenizer(trained):
     ids = fast(text, add_special_tokens=False)["input_ids"]
     assert ids == tokenizer.encode(text).ids
     assert fast.decode(ids) == text
+
+
+def test_tokenizer_json_uses_merges_every_tokenizers_release_reads(trained):
+    # tokenizers >= 0.20 writes merges as pairs, which 0.15 (mindformers 1.8's pin) refuses;
+    # the published file has the string form that both read
+    stage, facts, _ = trained
+    path = stage.ctx.work_dir / "tokenizer.json"
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    merges = spec["model"]["merges"]
+    assert merges and all(isinstance(m, str) and m.count(" ") == 1 for m in merges)
+    tokenizer, _, _, _ = stage._tokenizer()
+    assert [tuple(m.split(" ")) for m in merges] == [tuple(m) for m in json.loads(tokenizer.to_str())["model"]["merges"]]
+    assert path.read_text(encoding="utf-8") == portable_json(tokenizer)     # written once, deterministic
+    assert facts["tokenizer_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+TEXT_015 = "价格：１２３元 The café costs 5 € — 你好，世界！ <|endoftext|> end"
+
+
+@pytest.mark.skipif(not os.environ.get("MINDCORPUS_TOKENIZERS_015_PYTHON"),
+                    reason="MINDCORPUS_TOKENIZERS_015_PYTHON (a python with tokenizers 0.15) not set; .ci/run sets it")
+def test_tokenizers_0_15_loads_the_file_with_the_same_ids(trained):
+    stage, _, _ = trained
+    path = stage.ctx.work_dir / "tokenizer.json"
+    code = ("import json, sys, tokenizers; t = tokenizers.Tokenizer.from_file(sys.argv[1]); "
+            "print(json.dumps([tokenizers.__version__, t.encode(sys.argv[2]).ids]))")
+    out = subprocess.run([os.environ["MINDCORPUS_TOKENIZERS_015_PYTHON"], "-c", code, str(path), TEXT_015],
+                         capture_output=True, text=True, check=True)
+    version, ids = json.loads(out.stdout)
+    assert version.startswith("0.15.")
+    from tokenizers import Tokenizer
+
+    assert ids == Tokenizer.from_file(str(path)).encode(TEXT_015).ids
