@@ -872,6 +872,12 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
                 with open(path, "rb") as in_fh:
                     shutil.copyfileobj(in_fh, out_fh)
     shutil.copyfile(staged.artifacts["tokenizer"], tmp / layout.TOKENIZER)
+    # tokenizer_config.json and special_tokens_map.json: AutoTokenizer.from_pretrained(version)
+    from pipeline.hf_tokenizer import hf_tokenizer_files
+
+    for name, text in hf_tokenizer_files(tmp / layout.TOKENIZER, getattr(cfg, staged.provided_by["tokenizer"]),
+                                         cfg.output.seq_length).items():
+        (tmp / name).write_text(text, encoding="utf-8")
     # Credentials (storage_options keys, tokens, ...) are not published (pipeline.redact).
     (tmp / layout.CONFIG).write_text(yaml.safe_dump(redact(config_dict(cfg)), sort_keys=True, allow_unicode=True),
                                      encoding="utf-8")

@@ -389,3 +389,24 @@ def test_report_with_compare_shows_both_versions(tiny, tmp_path):
     for version in ("t1", "t2"):
         assert f'data-version="{version}" data-stage="mixture" data-field="documents"' in dom
     assert "corpus t1 vs t2" in dom
+
+
+def test_autotokenizer_loads_the_version_directory(tiny):
+    transformers = pytest.importorskip("transformers")
+    vdir = tiny["result"].version_dir
+    files = tiny["result"].manifest["files"]
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        assert files[name] == sha256_file(vdir / name), name
+    assert json.loads((vdir / "special_tokens_map.json").read_text()) == {
+        "bos_token": "<|bos|>", "eos_token": "<|endoftext|>", "pad_token": "<|pad|>"}
+    tok = transformers.AutoTokenizer.from_pretrained(str(vdir))
+    assert (tok.pad_token_id, tok.eos_token_id, tok.bos_token_id) == (0, 1, 2)
+    assert tok.model_max_length == tiny["result"].manifest["seq_length"]
+    from tokenizers import Tokenizer
+
+    text = "价格：１２３元 The café <|endoftext|> end"
+    plain = Tokenizer.from_file(str(vdir / "tokenizer.json"))
+    plain.encode_special_tokens = True                                   # as the corpus encodes
+    assert tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"] == \
+        plain.encode(text, add_special_tokens=False).ids
+    assert 1 in tok(text, add_special_tokens=False)["input_ids"]        # loaded as is: the literal is EOS
