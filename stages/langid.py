@@ -298,6 +298,17 @@ class Identified(NamedTuple):
     confidence: float | None = None
 
 
+def _label_probabilities(prediction) -> dict[str, float]:
+    """``{code: probability}`` of one lid.176 prediction (``[(prob, label)]``),
+    labels as our codes (``zh``/``yue``/``wuu`` summed into ``zh``)."""
+    codes = _LABEL_CODES
+    probs: dict[str, float] = {}
+    for prob, label in prediction:
+        code = codes.get(label) or codes.setdefault(label, _code(label))
+        probs[code] = probs.get(code, 0.0) + prob
+    return probs
+
+
 def _chunk_probabilities(prediction, chunk: Chunk, whole: Chunk) -> dict[str, float]:
     """One chunk's ``{code: probability}`` from lid.176's top labels, CJK
     labels decided by script.
@@ -309,11 +320,7 @@ def _chunk_probabilities(prediction, chunk: Chunk, whole: Chunk) -> dict[str, fl
     a two-character heading such as 概要, en 0.12), the others scaled down
     so the total stays at most 1.
     """
-    codes = _LABEL_CODES
-    probs: dict[str, float] = {}
-    for prob, label in prediction:
-        code = codes.get(label) or codes.setdefault(label, _code(label))
-        probs[code] = probs.get(code, 0.0) + prob
+    probs = _label_probabilities(prediction)
     script = script_language(chunk, whole, KANA_SHARE)
     if script is None:
         return probs
@@ -366,8 +373,10 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
     if not flat:
         return [Identified([], {}) for _ in texts]
     predict, k = load_model().f.predict, config.top_k
-    predictions = [predict(chunk, k, 0.0, "replace") for chunk in flat]
-    second = _second_look(texts, per_doc, predictions, config)
+    predictions = iter([predict(chunk, k, 0.0, "replace") for chunk in flat])
+    chunk_probs = [_chunk_probabilities(next(predictions), chunk, whole)
+                   for doc_chunks, whole in per_doc for chunk in doc_chunks]
+    second = _second_look(texts, per_doc, chunk_probs, config)
     out: list[Identified] = []
     at = 0
     for doc_chunks, whole in per_doc:
@@ -376,7 +385,7 @@ def identify_many(texts: list[str], config: Config) -> list[Identified]:
         total = 0
         sure = 0.0
         for chunk in doc_chunks:
-            probs = _chunk_probabilities(predictions[at], chunk, whole)
+            probs = chunk_probs[at]
             lines = second.get(at)
             at += 1
             weight = (chunk.letters + (HAN_WEIGHT - 1) * chunk.han + (KANA_WEIGHT - 1) * chunk.kana
@@ -414,15 +423,7 @@ def _own_probability(probs: dict[str, float], best: str) -> float:
     return probs[best] if own is None else sum(v for c, v in probs.items() if _GROUP_OF.get(c) == own)
 
 
-def _line_probabilities(predict, line: str, k: int) -> dict[str, float]:
-    probs: dict[str, float] = {}
-    for prob, label in predict(model_text(" ".join(line.split())), k, 0.0, "replace"):
-        code = _LABEL_CODES.get(label) or _LABEL_CODES.setdefault(label, _code(label))
-        probs[code] = probs.get(code, 0.0) + prob
-    return probs
-
-
-def _second_look(texts: list[str], per_doc: list, predictions: list, config: Config
+def _second_look(texts: list[str], per_doc: list, chunk_probs: list[dict[str, float]], config: Config
                  ) -> dict[int, tuple[float, dict[str, float]]]:
     """Line-by-line readings of the chunks lid.176 is unsure of.
 
@@ -443,8 +444,15 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
     is every line surely identified but is no text of one language
     (hostile test: such pages went from 0.22 to 0.98).
 
+    Args:
+        texts, per_doc: the documents and their chunks
+            (:func:`stages.langid_chunks.chunks_many`).
+        chunk_probs: each chunk's :func:`_chunk_probabilities`, in the order
+            of the chunks of ``per_doc``.
+        config: the stage config (``min_chars``, ``top_k``).
+
     Returns:
-        ``{chunk index in predictions: (confidence, {code: letter share})}``
+        ``{chunk index in chunk_probs: (confidence, {code: letter share})}``
         for each chunk whose line reading is surer than
         :data:`SECOND_LOOK_ACCEPT`: the letter-weighted mean probability of
         each line's own language (group-summed) and the share of the lines'
@@ -455,10 +463,10 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
     todo: list[tuple[int, list[tuple[str, int]]]] = []
     chunk_best: dict[int, str] = {}
     at = 0
-    for text, (doc_chunks, whole) in zip(texts, per_doc):
+    for text, (doc_chunks, _whole) in zip(texts, per_doc):
         for chunk in doc_chunks:
             if chunk.cjk == 0 and chunk.letters:
-                probs = _chunk_probabilities(predictions[at], chunk, whole)
+                probs = chunk_probs[at]
                 best = _ranked(probs)[0] if probs else None
                 if best is not None and _own_probability(probs, best) < SECOND_LOOK_BELOW:
                     lines = [(line, n) for line in text[chunk.start:chunk.end].splitlines()
@@ -476,7 +484,7 @@ def _second_look(texts: list[str], per_doc: list, predictions: list, config: Con
         letters: dict[str, int] = {}
         total = 0
         for line, n in lines:
-            probs = _line_probabilities(predict, line, k)
+            probs = _label_probabilities(predict(model_text(" ".join(line.split())), k, 0.0, "replace"))
             if probs:
                 best = _ranked(probs)[0]
                 sure += n * _own_probability(probs, best)

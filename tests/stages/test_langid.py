@@ -406,9 +406,11 @@ def test_second_look_needs_lines_that_cover_the_chunk(tmp_path):
     assert row["reason"] == "langid.low_score" and round(row["langid_score"], 4) == 0.4737   # de, as before
     texts = [picture, PARTLY_DANISH]
     per_doc = langid_chunks.chunks_many(texts, **CHUNKING)
-    flat = [langid.model_text(" ".join(t[c.start:c.end].split())) for t, (cs, _) in zip(texts, per_doc) for c in cs]
     predict = langid.load_model().f.predict
-    second = langid._second_look(texts, per_doc, [predict(c, 3, 0.0, "replace") for c in flat], Config())
+    probs = [langid._chunk_probabilities(predict(langid.model_text(" ".join(t[c.start:c.end].split())), 3, 0.0,
+                                                 "replace"), c, whole)
+             for t, (cs, whole) in zip(texts, per_doc) for c in cs]
+    second = langid._second_look(texts, per_doc, probs, Config())
     # the caption lines hold 54 of the picture chunk's 71 letters (< 80%): not
     # read again; of the page's 3 chunks, the first (title + English, da 0.19)
     # is read again but not surely enough (< 0.6), the second (da 0.47) is
