@@ -149,12 +149,9 @@ def defaults_table(rows: list[dict]) -> None:
             if r["set"] != name or "ld-idm" in r["id"] or (r["kind"] == "salad" and r["chars"] < 300):
                 continue
             lang = r["lang"]
-            bound = cfg.word_salad_max_perplexity.get(lang)
-            known = cfg.word_salad_max_oov_share
-            dropped = (r["ratio"] is not None and r["tokens"] >= cfg.word_salad_min_tokens
-                       and (bound is None or r["perplexity"] <= bound)
-                       and (known is None or r["oov"] <= known * r["tokens"])
-                       and (lang != "zh" or (r["modern_zh"] or 0.0) >= cfg.word_salad_zh_min_modern_share)
+            dropped = (r["ratio"] is not None
+                       and cfg.word_salad_checked(lang, r["tokens"], r["perplexity"], r["oov"],
+                                                              lambda: r["modern_zh"])
                        and r["ratio"] <= salad_cutoff(cfg.word_salad_max_ratio[lang], r["tokens"],
                                                       cfg.word_salad_full_tokens))
             i = 0 if r["kind"] == "clean" else 2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Callable, Literal
 
 import pydantic
 
@@ -238,6 +238,26 @@ class Config(StageConfig):
                 "models": list(self.models), "word_salad_max_ratio": list(self.word_salad_max_ratio),
                 "word_salad_max_perplexity": list(self.word_salad_max_perplexity),
                 "require_models": list(self.require_models)}
+
+    def word_salad_checked(self, lang: str | None, tokens: int, value: float | None, oov: int,
+                           modern_share: Callable[[], float | None]) -> bool:
+        """Whether a document is checked for word salad (its self-shuffle
+        ratio computed): its language is in ``word_salad_max_ratio``, it has
+        at least ``word_salad_min_tokens`` tokens, a perplexity within
+        ``word_salad_max_perplexity``, at most ``word_salad_max_oov_share``
+        of its tokens out of the model's vocabulary, and, for zh,
+        ``modern_share()`` (:func:`stages.perplexity.salad.modern_zh_share`
+        of the text; None counts as 0) at least
+        ``word_salad_zh_min_modern_share``; ``modern_share`` is called only
+        when the other conditions hold (it reads the whole text). Used by
+        the stage and by bench.word_salad, so both apply one rule."""
+        readable = self.word_salad_max_perplexity.get(lang)
+        known = self.word_salad_max_oov_share
+        modern = self.word_salad_zh_min_modern_share
+        return (lang in self.word_salad_max_ratio and tokens >= self.word_salad_min_tokens and value is not None
+                and (readable is None or value <= readable)
+                and (known is None or oov <= known * tokens)
+                and (lang != "zh" or modern is None or (modern_share() or 0.0) >= modern))
 
     @pydantic.model_validator(mode="after")
     def _required_languages_allowed(self):

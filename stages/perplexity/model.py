@@ -91,17 +91,12 @@ def score_sentences(model, sentences: list[str]) -> tuple[float, int]:
     scored token. The per-token log10 probabilities of ``full_scores`` are
     summed in float64 (``Model.score`` sums in float32: 4e-8 relative error).
     """
-    log10_sum = 0.0
-    tokens = 0
-    for sentence in sentences:
-        for log10_prob, _ngram_length, _oov in model.full_scores(sentence, bos=True, eos=True):
-            log10_sum += log10_prob
-            tokens += 1
+    log10_sum, tokens, _oov = score_sentences_oov(model, sentences)
     return log10_sum, tokens
 
 
 def score_sentences_oov(model, sentences: list[str]) -> tuple[float, int, int]:
-    """:func:`score_sentences` plus the number of scored tokens the model
+    """:func:`score_sentences` (same scoring) plus the number of scored tokens the model
     does not know (KenLM's ``full_scores`` OOV flag; ``</s>`` is never
     OOV): ``(sum of log10 p, tokens, oov tokens)``."""
     log10_sum = 0.0

@@ -346,14 +346,7 @@ class PerplexityStage(Stage):
                 lines = normalized_lines(text, lang, cfg.fold_chinese_script)
                 log10_sum, tokens, oov = score_sentences_oov(model, [t for t in tokenizer(lines) if t])
                 value = perplexity(log10_sum, tokens)
-                max_ratio = cfg.word_salad_max_ratio.get(lang)
-                readable = cfg.word_salad_max_perplexity.get(lang)
-                known = cfg.word_salad_max_oov_share
-                if (max_ratio is not None and tokens >= cfg.word_salad_min_tokens and value is not None
-                        and (readable is None or value <= readable)
-                        and (known is None or oov <= known * tokens)
-                        and (lang != "zh" or cfg.word_salad_zh_min_modern_share is None
-                             or (modern_zh_share(text) or 0.0) >= cfg.word_salad_zh_min_modern_share)):
+                if cfg.word_salad_checked(lang, tokens, value, oov, lambda: modern_zh_share(text)):
                     ratio = self_shuffle_ratio(model, tokenizer, lines, lang, log10_sum, tokens, text)
             values.append(value)
             ratios.append(ratio)
