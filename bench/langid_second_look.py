@@ -27,14 +27,15 @@ import pyarrow.parquet as pq
 import yaml
 
 from bench.multi_split import records as multi_records
-from bench.quality import CORPUS, load_corpus
+from bench.quality import CORPUS, _run_stage, load_corpus
 from pipeline.config import REPO_ROOT
 from stages import heuristics, langid, perplexity
 from stages.base import Partitions, StageContext
 
 
 def _run(stage, table: pa.Table) -> pa.Table:
-    return pa.concat_tables([stage.process(table.slice(s, 2000)) for s in range(0, table.num_rows, 2000)])
+    """The stage's output, run partition by partition as bench.quality does."""
+    return _run_stage(stage, table)[0]
 
 
 def _table() -> pa.Table:
