@@ -210,7 +210,7 @@ def _print_json(data: Any) -> None:
 
 @app.command()
 def inspect(
-    version: str,
+    version: Annotated[str | None, typer.Argument(help="the version (optional with --plan --tokens)")] = None,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the manifest (or the examples)")] = False,
@@ -226,12 +226,25 @@ def inspect(
     peak_flops: PlanPeak = PLAN_DEFAULTS["peak_flops"],
     mfu: PlanMfu = PLAN_DEFAULTS["mfu"],
     overhead: PlanOverhead = PLAN_DEFAULTS["overhead"],
+    plan: Annotated[bool, typer.Option("--plan", help="print only the plan of one training run")] = False,
+    tokens: Annotated[float | None, typer.Option(help="--plan: tokens the run trains on (default: the "
+                                                      "version's own tokens)")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="--plan: samples per step, for the step "
+                                                          "count")] = None,
 ) -> None:
     """Print a version's summary table and training-time plan (or its manifest
     with --json); with --stage, random dropped (or --kept) examples and their
-    measurements."""
+    measurements; with --plan, the plan of one run of --tokens tokens (a
+    planned run need not equal the version: e.g. --tokens 1e12)."""
     from pipeline.manifest import load_manifest
 
+    if plan:
+        _print_plan(version, corpora_root, config, tokens, model_params, accelerators, peak_flops, mfu,
+                    overhead, global_batch, as_json)
+        return
+    if version is None:
+        _error("inspect needs a VERSION (only --plan --tokens N works without one)")
+        raise typer.Exit(2)
     vdir = _version_dir(version, corpora_root, config)
     if stage is not None:
         from pipeline.examples import format_examples, sample_examples
@@ -253,6 +266,46 @@ def inspect(
     console.print(summary_table(manifest))
     console.print(output_table(manifest))
     console.print(plan_table(manifest, model_params, accelerators, peak_flops, mfu, overhead))
+
+
+def _print_plan(version: str | None, corpora_root: Path | None, config: Path | None, tokens: float | None,
+                model_params: float, accelerators: int, peak_flops: float, mfu: float, overhead: float,
+                global_batch: int | None, as_json: bool) -> None:
+    """``inspect --plan``: the plan of one run (:func:`pipeline.report.run_plan`),
+    with the version's epochs and steps when a version is named."""
+    from pipeline.manifest import load_manifest
+    from pipeline.report import run_plan
+
+    manifest = None
+    if version is not None:
+        manifest = _manifest(_version_dir(version, corpora_root, config), load_manifest)
+    if tokens is None and manifest is None:
+        _error("--plan needs --tokens N or a VERSION")
+        raise typer.Exit(2)
+    try:
+        result = run_plan(tokens if tokens is not None else manifest["num_tokens"], model_params, accelerators,
+                          peak_flops, mfu, overhead,
+                          version_tokens=manifest["num_tokens"] if manifest else None,
+                          seq_length=manifest["seq_length"] if manifest else None, global_batch=global_batch)
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    if as_json:
+        _print_json(result)
+        return
+    lines = [f"run: D = {result['tokens']:.4g} tokens, N = {model_params:.4g} parameters, "
+             f"{accelerators} accelerators x {peak_flops:.3g} FLOP/s peak, MFU {mfu}",
+             f"compute: 6·N·D = {result['flops']:.4g} FLOPs at {result['sustained_flops']:.4g} FLOP/s sustained",
+             f"ideal: {result['ideal_days']:.3g} days; planned (x{overhead} for restarts, evaluation, "
+             f"checkpoints): {result['planned_days']:.3g} days"]
+    if "epochs" in result:
+        lines.append(f"data: {result['epochs']:.4g} epochs of {markup(version)} ({manifest['num_tokens']:,} tokens"
+                     f" per epoch)")
+    if "steps" in result:
+        lines.append(f"steps: {result['steps']:,} of global batch {global_batch} x seq_length "
+                     f"{manifest['seq_length']}")
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def plan_table(manifest: dict[str, Any], model_params: float, accelerators: int, peak_flops: float,

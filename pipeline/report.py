@@ -73,6 +73,46 @@ def training_days(params: float, tokens: float, accelerators: int, peak_flops: f
     return {"flops": flops, "sustained_flops": sustained, "ideal_days": ideal, "planned_days": ideal * overhead}
 
 
+def run_plan(tokens: float, params: float, accelerators: int, peak_flops: float = PLAN_DEFAULTS["peak_flops"],
+             mfu: float = PLAN_DEFAULTS["mfu"], overhead: float = PLAN_DEFAULTS["overhead"],
+             version_tokens: int | None = None, seq_length: int | None = None,
+             global_batch: int | None = None) -> dict[str, Any]:
+    """The plan of one training run of ``tokens`` tokens (the run's ``D``, which
+    need not be a version's own size: ``inspect --plan --tokens 1e12``).
+
+    Args:
+        tokens: tokens the run trains on (D), > 0.
+        params, accelerators, peak_flops, mfu, overhead: as :func:`training_days`.
+        version_tokens: the version's ``num_tokens`` (tokens of its samples,
+            ``num_samples * (seq_length + 1)``); gives ``epochs`` = how many
+            passes over the version the run makes.
+        seq_length, global_batch: give ``steps`` = ``ceil(tokens /
+            (global_batch * seq_length))``: a step trains ``global_batch``
+            samples of ``seq_length`` model inputs each (the extra token of a
+            ``seq_length + 1`` row is a label only).
+
+    Returns:
+        ``tokens``, ``params``, ``accelerators``, ``flops``,
+        ``sustained_flops``, ``ideal_days``, ``planned_days``, and when given
+        their inputs ``epochs`` (float) and ``steps`` (int).
+
+    Raises:
+        ValueError: as :func:`training_days`; a non-positive
+            ``version_tokens``, ``seq_length`` or ``global_batch``.
+    """
+    out: dict[str, Any] = {"tokens": float(tokens), "params": float(params), "accelerators": int(accelerators),
+                           **training_days(params, tokens, accelerators, peak_flops, mfu, overhead)}
+    if version_tokens is not None:
+        if not version_tokens > 0:
+            raise ValueError(f"version_tokens must be > 0, got {version_tokens}")
+        out["epochs"] = tokens / version_tokens
+    if global_batch is not None and seq_length is not None:
+        if not (global_batch > 0 and seq_length > 0):
+            raise ValueError(f"global_batch and seq_length must be > 0, got {global_batch}, {seq_length}")
+        out["steps"] = math.ceil(tokens / (global_batch * seq_length))
+    return out
+
+
 def coverage_sections(m: dict[str, Any]) -> list[str]:
     """Per stage whose fit facts have ``coverage`` (docs/architecture.md): a
     table of the languages it measured and of those it kept unmeasured, with

@@ -38,3 +38,35 @@ def test_training_days_rejects_impossible_inputs(bad):
     args = {"params": 7e9, "tokens": 1e12, "accelerators": 8, **bad}
     with pytest.raises(ValueError):
         training_days(**args)
+
+
+def test_run_plan_of_a_planned_run_not_the_version():
+    """The seed's example: 1e12 tokens, 7e9 parameters, 128 accelerators at the
+    defaults give 23.74 ideal and 30.86 planned days; against a version of 2e9
+    tokens that is 500 epochs, and 1e12 / (512 * 4096) = 476,837.16 -> 476,838 steps."""
+    from pipeline.report import run_plan
+
+    p = run_plan(1e12, 7e9, 128, version_tokens=2_000_000_000, seq_length=4096, global_batch=512)
+    assert p["flops"] == pytest.approx(4.2e22)
+    assert p["ideal_days"] == pytest.approx(23.7359, abs=1e-4)  # 4.2e22 / (128 * 4e14 * 0.4) / 86,400
+    assert p["planned_days"] == pytest.approx(30.8567, abs=1e-4)  # x1.3
+    assert p["epochs"] == pytest.approx(500.0)
+    assert p["steps"] == 476_838
+    with pytest.raises(ValueError, match="version_tokens"):
+        run_plan(1e12, 7e9, 128, version_tokens=0)
+
+
+def test_cli_inspect_plan_without_a_version():
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    res = CliRunner().invoke(app, ["inspect", "--plan", "--tokens", "1e12", "--model-params", "7e9",
+                                   "--accelerators", "128"])
+    assert res.exit_code == 0, res.output
+    assert "ideal: 23.7 days" in res.output and "planned (x1.3 for restarts, evaluation, checkpoints): 30.9 days" \
+        in res.output
+    res = CliRunner().invoke(app, ["inspect", "--plan"])
+    assert res.exit_code == 2 and "--plan needs --tokens N or a VERSION" in res.output
+    res = CliRunner().invoke(app, ["inspect"])
+    assert res.exit_code == 2 and "inspect needs a VERSION" in res.output
