@@ -733,9 +733,10 @@ def build_report(tokenize_config, partition_paths: list[Path], tokenizer_path: P
     """
     cfg = tokenize_config
     docs = heldout_documents(partition_paths, seed, cfg.heldout_fraction, cfg.heldout_max_chars)
-    refs = {name: ref.path for name, ref in cfg.reference_tokenizers().items()}
+    configured = getattr(cfg, "reference_tokenizers", dict)()  # a plugin's tokenizer config may have none
+    refs = {name: ref.path for name, ref in configured.items()}
     report = run_report({"version": Path(tokenizer_path), **{n: Path(p) for n, p in refs.items()}}, docs,
-                        patterns={n: r.pattern for n, r in cfg.reference_tokenizers().items() if r.pattern},
+                        patterns={n: r.pattern for n, r in configured.items() if r.pattern},
                         references=list(refs))
     report["tokenizers"]["version"]["path"] = TOKENIZER  # the version's own, not the tmp path
     warnings = check_thresholds(report, cfg.report_min_round_trip, cfg.report_max_byte_fallback_rate,
