@@ -13,7 +13,14 @@ STAMP  := $(VENV)/.mindcorpus-setup
 # the published tokenizer.json loads there with the same ids (tests/stages/test_tokenize.py).
 TOK015 := .venv-tokenizers-0.15
 
-setup: $(STAMP) tools/bin/lmplz $(TOK015)/bin/python
+# Reference tokenizers for the coverage report and bench.tokenizer, unpacked from the registry
+# wheels that ship them (no install): Qwen's qwen.tiktoken (dashscope) and Mistral's Tekken
+# (mistral-common). Pinned versions; the tests that use them skip when they are absent.
+REFTOK := .reference-tokenizers
+DASHSCOPE_VERSION := 2.0.2
+MISTRAL_COMMON_VERSION := 1.13.1
+
+setup: $(STAMP) tools/bin/lmplz $(TOK015)/bin/python $(REFTOK)/qwen.tiktoken $(REFTOK)/tekken_240911.json
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +34,16 @@ tools/bin/lmplz: tools/build_kenlm.sh | $(STAMP)
 $(TOK015)/bin/python:
 	$(PYTHON) -m venv $(TOK015)
 	$(TOK015)/bin/python -m pip install -q 'tokenizers==0.15.2'
+
+$(REFTOK)/qwen.tiktoken: | $(STAMP)
+	mkdir -p $(REFTOK)/wheels
+	$(BIN)/python -m pip download -q --no-deps 'dashscope==$(DASHSCOPE_VERSION)' -d $(REFTOK)/wheels
+	unzip -o -j -q $(REFTOK)/wheels/dashscope-$(DASHSCOPE_VERSION)-*.whl 'dashscope/resources/qwen.tiktoken' -d $(REFTOK)
+
+$(REFTOK)/tekken_240911.json: | $(STAMP)
+	mkdir -p $(REFTOK)/wheels
+	$(BIN)/python -m pip download -q --no-deps 'mistral-common==$(MISTRAL_COMMON_VERSION)' -d $(REFTOK)/wheels
+	unzip -o -j -q $(REFTOK)/wheels/mistral_common-$(MISTRAL_COMMON_VERSION)-*.whl 'mistral_common/data/tekken_240911.json' -d $(REFTOK)
 
 corpus: setup
 	$(BIN)/python -m pipeline build --version $(VERSION)

@@ -12,7 +12,8 @@ heuristics, perplexity throughput), ``bench.multi`` (language ID against the
 bare lid.176 model, drop shares per language and reason, word salad and
 perplexity coverage on the held-out part of ``../shared/corpus-multi``), ``bench.dedup`` (precision/recall per
 Jaccard band, speed and peak RSS at 100k and 1M documents), ``bench.tokenizer``
-(training time and memory, encoding tokens/s) and ``bench.loader`` (loader
+(training time and memory, encoding tokens/s; the training sample's shares: old
+sampling vs the mixture default vs Qwen and Tekken on held-out corpus-multi) and ``bench.loader`` (loader
 throughput at seq_length 4096, lineage lookups on a 10M-sample table).
 """
 

@@ -479,19 +479,35 @@ def verify(
 
 @app.command("tokenizer-report")
 def tokenizer_report(
-    tokenizer: Annotated[list[str], typer.Option(help="NAME=PATH or PATH of a tokenizer.json; "
-                                                      "repeat to compare tokenizers side by side")],
+    tokenizer: Annotated[list[str], typer.Option(help="NAME=PATH or PATH of a tokenizer file (tokenizer.json, "
+                                                      "a tiktoken BPE file, tekken.json); repeat to compare "
+                                                      "tokenizers side by side")],
     corpus: Annotated[list[Path], typer.Option(help="JSONL(.gz/.zst)/Parquet files or directories")],
+    reference: Annotated[list[str] | None, typer.Option(help="NAME=PATH of a reference tokenizer file "
+                                                             "(e.g. qwen=qwen.tiktoken): measured beside the "
+                                                             "others, compared against the first --tokenizer, "
+                                                             "never warned about; repeatable")] = None,
+    pattern: Annotated[list[str] | None, typer.Option(help="NAME=REGEX or NAME=PRESET (qwen, cl100k_base): the "
+                                                           "pre-tokenizer of tiktoken file NAME (default: the "
+                                                           "preset named by its file stem)")] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("tokenizer-report"),
     max_chars: Annotated[int | None, typer.Option(help="read at most this many characters")] = None,
     max_byte_fallback_rate: Annotated[float | None, typer.Option(help="warn above this rate")] = None,
 ) -> None:
     """Coverage report (Markdown, JSON, HTML) of one or more tokenizers on a corpus."""
+    from common.tokenizer_files import resolve_pattern, tokenizer_kind
     from pipeline.layout import TOKENIZER
-    from pipeline.tokenizer_report import check_thresholds, read_corpus, run_report, write_report
+    from pipeline.tokenizer_report import (
+        check_thresholds,
+        comparison_lines,
+        read_corpus,
+        run_report,
+        write_report,
+    )
 
     named: dict[str, Path] = {}
-    for spec in tokenizer:
+    refs: list[str] = []
+    for spec, is_ref in [(t, False) for t in tokenizer] + [(r, True) for r in reference or []]:
         name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
         path = Path(path)
         name = name or (path.parent.name if path.name == TOKENIZER else path.stem)
@@ -499,15 +515,32 @@ def tokenizer_report(
             _error(f"tokenizer {spec!r}: no such file, or a repeated name")
             raise typer.Exit(2)
         named[name] = path
+        refs += [name] if is_ref else []
+    patterns = {}
+    for spec in pattern or []:
+        name, sep, regex = spec.partition("=")
+        if not sep or name not in named:
+            _error(f"--pattern {spec!r}: NAME=REGEX for a NAME given by --tokenizer or --reference")
+            raise typer.Exit(2)
+        patterns[name] = regex
+    for name, path in named.items():
+        try:
+            if tokenizer_kind(path) == "tiktoken":
+                resolve_pattern(path, patterns.get(name))
+        except ValueError as exc:
+            _error(f"{exc} (--pattern {name}=...)")
+            raise typer.Exit(2) from None
     try:
         docs = read_corpus(corpus, max_chars)
     except FileNotFoundError as exc:
         _error(f"{exc}")
         raise typer.Exit(2) from None
-    report = run_report(named, docs)
+    report = run_report(named, docs, patterns=patterns, references=refs)
     warnings = check_thresholds(report, max_byte_fallback_rate=max_byte_fallback_rate)
     for path in write_report(report, out, warnings):
         console.print(f"wrote {path}")
+    for line in comparison_lines(report):
+        console.print(line, highlight=False)
     for w in warnings:
         err.print(f"warning: {w}", highlight=False)
 

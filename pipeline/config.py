@@ -13,13 +13,15 @@ of a section names the key it is about by starting its message with ``<key>: ``
 (``tokenize.vocab_size: 260 is too small ...``).
 
 Checks across sections (:func:`_cross_checks`) run with the typed config,
-still before any work: sources named by ``mixture.weights`` and
-``perplexity.reference_source``; the stage contract
+still before any work: sources named by ``mixture.weights``,
+``tokenize.train_source_weights`` and ``perplexity.reference_source``; the stage contract
 (``pipeline.contract.contract_errors``: what each enabled stage reads comes
 from an earlier enabled stage, what the assembly reads is provided); every
 section pickles (it crosses to workers as it is); ``output.seq_length``
 against ``mixture.token_budget``. Validators do no I/O: checks that need it
-are :func:`preflight`, which the build runs next. The version name is checked
+are :func:`preflight`, which the build runs next. Defaults that come from
+another section are then filled in (:func:`_resolve_defaults`: the tokenizer's
+training-sample shares from ``mixture.weights``). The version name is checked
 by :func:`check_version`.
 """
 
@@ -306,6 +308,11 @@ def _cross_checks(cfg) -> list[str]:
             if bad:
                 errors.append(f"{name}.{field}: {', '.join(map(repr, bad))}: not a language code lid.176 gives "
                               f"(ISO 639-1 such as en, zh, nb; see docs/stages/langid.md) nor a source's lang")
+    sample_sources = cfg.tokenize.train_source_weights
+    for src in sample_sources if isinstance(sample_sources, dict) else ():
+        if src not in names:
+            errors.append(f"tokenize.train_source_weights.{src}: not a configured source "
+                          f"(sources: {', '.join(sorted(names))})")
     ref = cfg.perplexity.reference_source
     if cfg.perplexity.enabled and ref is None:
         errors.append("perplexity.reference_source: required key is missing (the source whose documents train "
@@ -387,7 +394,24 @@ def parse_config(data: dict[str, Any], origin: str = "<config>"):
                           f"{type(exc).__name__}: {exc})")
     if errors:
         raise ConfigError("\n".join(f"{origin}: {line}" for line in errors))
-    return cfg
+    return _resolve_defaults(cfg)
+
+
+def _resolve_defaults(cfg):
+    """Fill in the defaults that come from another section, so that each
+    stage reads only its own (the stage contract): an unset
+    ``tokenize.train_source_weights`` becomes ``mixture.weights`` (the BPE
+    sample follows the mixture's target shares: the vocabulary serves the mix
+    the model trains on), or ``"corpus"`` when ``mixture.weights`` is empty
+    (the mixture keeps natural shares, i.e. the corpus's own mix). The
+    resolved value is what the manifest's config shows and what the tokenize
+    stage's fingerprint holds, so changing ``mixture.weights`` retrains a
+    tokenizer that follows it."""
+    tok = cfg.tokenize
+    if tok.train_source_weights is not None:
+        return cfg
+    weights = dict(cfg.mixture.weights) if cfg.mixture.weights else "corpus"
+    return cfg.model_copy(update={"tokenize": tok.model_copy(update={"train_source_weights": weights})})
 
 
 def preflight(cfg, origin: str = "<config>") -> None:

@@ -597,6 +597,10 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
                      "never used for training):</p>")
         parts.append(_table(["language"] + metrics,
                             [[_e(lang)] + [_num(v.get(k)) for k in metrics] for lang, v in sorted(headline.items())]))
+        compare = rep.get("comparison") or []
+        if compare:
+            parts.append("<p>against the reference tokenizers (characters per token): "
+                         + "; ".join(_e(line) for line in compare) + "</p>")
         for w in rep.get("warnings", []) or []:
             parts.append(f"<p class='warn'>warning: {_e(w)}</p>")
         stem = rep.get("dir", TOKENIZER_REPORT_DIR)

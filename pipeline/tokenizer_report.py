@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from common.tokenizer_files import TIKTOKEN_PATTERNS, resolve_pattern, tokenizer_kind
 from pipeline.layout import TOKENIZER, TOKENIZER_REPORT_DIR
 from pipeline.layout import TOKENIZER_REPORT_STEM as REPORT_STEM
 HEADLINE = ("chars_per_token", "bytes_per_token", "tokens_per_word", "round_trip",
@@ -132,25 +133,76 @@ def _records(path: Path):
 # --------------------------------------------------------------------------- tokenizers
 
 class _Tok:
-    """A loaded tokenizer plus what the report needs to know about tokens."""
+    """A loaded tokenizer plus what the report needs to know about tokens.
 
-    def __init__(self, name: str, path: Path):
+    Files: an HF ``tokenizer.json`` (``tokenizers``), a tiktoken BPE file or
+    Mistral's ``tekken.json`` (both through the ``tiktoken`` library, with the
+    pre-tokenizer regex of :func:`resolve_pattern` / the file's
+    ``config.pattern``). Special tokens in text are ordinary text for every
+    kind (``encode_special_tokens`` / ``encode_ordinary``).
+
+    Raises:
+        ValueError: the file cannot be read as its kind, or a tiktoken file
+            has no pattern (:func:`resolve_pattern`).
+    """
+
+    def __init__(self, name: str, path: Path, pattern: str | None = None):
+        self.name, self.path = name, str(path)
+        self.kind = tokenizer_kind(Path(path))
+        self.unk_id = None
+        if self.kind == "hf":
+            self._init_hf(Path(path))
+        else:
+            self._init_tiktoken(Path(path), pattern)
+
+    def _init_hf(self, path: Path) -> None:
         from tokenizers import Tokenizer
 
-        self.name, self.path = name, str(path)
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.encode_special_tokens = True
         spec = json.loads(self.tokenizer.to_str())
         self.byte_level = "ByteLevel" in json.dumps(spec.get("decoder"))
         self.specials = {t["content"] for t in spec.get("added_tokens", []) if t.get("special")}
-        self.unk_id = None
         unk = (spec.get("model") or {}).get("unk_token")
         if unk is not None:
             self.unk_id = self.tokenizer.token_to_id(unk)
         self.vocab = self.tokenizer.get_vocab()
 
+    def _init_tiktoken(self, path: Path, pattern: str | None) -> None:
+        import base64
+
+        import tiktoken
+
+        ranks: dict[bytes, int] = {}
+        if self.kind == "tekken":
+            spec = json.loads(path.read_text(encoding="utf-8"))
+            cfg = spec["config"]
+            inner = cfg.get("default_vocab_size", len(spec["vocab"])) - cfg.get("default_num_special_tokens", 0)
+            # mistral_common's Tekkenizer keeps the first default_vocab_size - specials ranks.
+            for entry in spec["vocab"][:inner]:
+                ranks[base64.b64decode(entry["token_bytes"])] = int(entry["rank"])
+            pat = pattern and TIKTOKEN_PATTERNS.get(pattern, pattern) or cfg["pattern"]
+        else:
+            for line in path.read_bytes().splitlines():
+                if line.strip():
+                    token, rank = line.split()
+                    ranks[base64.b64decode(token)] = int(rank)
+            pat = resolve_pattern(path, pattern)
+        self.encoding = tiktoken.Encoding(f"report-{self.name}", pat_str=pat, mergeable_ranks=ranks,
+                                          special_tokens={})
+        self.pattern = pat
+        self.byte_level, self.specials = True, set()
+        self.vocab = {raw: rank for raw, rank in ranks.items()}
+
+    def entry_bytes(self):
+        """The raw bytes of every vocabulary entry (None for a special token)."""
+        if self.kind != "hf":
+            return list(self.vocab)
+        return [self.token_bytes(t) for t in self.vocab]
+
     def token_bytes(self, token: str) -> bytes | None:
-        """The raw bytes of a vocabulary entry (None for special tokens)."""
+        """The raw bytes of a vocabulary entry of an HF tokenizer (None for
+        special tokens)."""
         if token in self.specials:
             return None
         if self.byte_level:
@@ -161,6 +213,40 @@ class _Tok:
         if m:
             return bytes([int(m.group(1), 16)])
         return token.replace("\u2581", " ").encode("utf-8")
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text (no special tokens added or matched)."""
+        if self.kind == "hf":
+            return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        return [self.encoding.encode_ordinary(t) for t in texts]
+
+    def encode_with_offsets(self, texts: list[str]) -> list[tuple[list[int], np.ndarray, str]]:
+        """Per text: (ids, int64[tokens, 2] character offsets, decoded text).
+
+        A token holding part of a character covers the whole character (the
+        ``tokenizers`` convention), so a character split over two tokens is
+        covered twice: :func:`measure` counts it as byte fallback.
+        """
+        if self.kind == "hf":
+            encs = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+            back = self.tokenizer.decode_batch([e.ids for e in encs], skip_special_tokens=False)
+            return [(e.ids, np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2), b) for e, b in zip(encs, back)]
+        out = []
+        for text in texts:
+            ids = self.encoding.encode_ordinary(text)
+            pieces = [self.encoding.decode_single_token_bytes(i) for i in ids]
+            raw = text.encode("utf-8")
+            # char index of every byte of the text
+            lead = np.frombuffer(raw, np.uint8) & 0xC0 != 0x80
+            char_of_byte = np.cumsum(lead) - 1
+            ends = np.cumsum([len(p) for p in pieces], dtype=np.int64)
+            starts = ends - np.asarray([len(p) for p in pieces], dtype=np.int64)
+            offsets = np.zeros((len(ids), 2), np.int64)
+            if len(ids):
+                offsets[:, 0] = char_of_byte[starts]
+                offsets[:, 1] = char_of_byte[ends - 1] + 1
+            out.append((ids, offsets, b"".join(pieces).decode("utf-8", errors="replace")))
+        return out
 
 
 def _classify_codepoints(cps: np.ndarray) -> dict[str, np.ndarray]:
@@ -202,8 +288,7 @@ def vocabulary_facts(tok: _Tok, longest: int = 15) -> dict[str, Any]:
     by_script: Counter = Counter()
     single = Counter()
     lengths = []
-    for token in tok.vocab:
-        raw = tok.token_bytes(token)
+    for raw in tok.entry_bytes():
         if raw is None:
             by_script["special"] += 1
             continue
@@ -270,12 +355,9 @@ def measure(tok: _Tok, docs: list[dict[str, str]], batch: int = 256) -> dict[str
     groups: dict[str, dict[str, Any]] = defaultdict(_new_group)
     for lo in range(0, len(docs), batch):
         chunk = docs[lo:lo + batch]
-        encodings = tok.tokenizer.encode_batch([d["text"] for d in chunk], add_special_tokens=False)
-        decoded = tok.tokenizer.decode_batch([e.ids for e in encodings], skip_special_tokens=False)
-        for doc, enc, back in zip(chunk, encodings, decoded):
+        for doc, (ids, offsets, back) in zip(chunk, tok.encode_with_offsets([d["text"] for d in chunk])):
             text = doc["text"]
             n = len(text)
-            offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
             cover = np.zeros(n + 1, np.int64)
             np.add.at(cover, offsets[:, 0], 1)
             np.add.at(cover, offsets[:, 1], -1)
@@ -293,14 +375,14 @@ def measure(tok: _Tok, docs: list[dict[str, str]], batch: int = 256) -> dict[str
                 count = np.searchsorted(starts, a[:, 1], "left") - np.searchsorted(ends, a[:, 0], "right")
                 spans[name] = (len(found), int(count.sum()), int((count == 1).sum()))
             n_words = len(words(text, doc["lang"]))
-            unk = sum(1 for i in enc.ids if i == tok.unk_id) if tok.unk_id is not None else 0
+            unk = sum(1 for i in ids if i == tok.unk_id) if tok.unk_id is not None else 0
             for key in ("all", f"language:{doc['lang']}", f"source:{doc['source']}"):
                 g = groups[key]
                 g["documents"] += 1
                 g["chars"] += n
                 g["bytes"] += len(text.encode("utf-8"))
                 g["words"] += n_words
-                g["tokens"] += len(enc.ids)
+                g["tokens"] += len(ids)
                 g["round_trip_ok"] += back == text
                 g["unknown_tokens"] += unk
                 g["fallback_chars"] += int(split.sum())
@@ -335,45 +417,78 @@ def fragmented_words(tok: _Tok, docs: list[dict[str, str]], top_frequent: int = 
         if not common:
             continue
         prefix = "" if lang in CJK_LANGS else " "
-        encs = tok.tokenizer.encode_batch([prefix + w for w, _ in common], add_special_tokens=False)
-        rows = sorted(((len(e.ids), c, w) for (w, c), e in zip(common, encs)), key=lambda r: (-r[0], -r[1], r[2]))
+        encs = tok.encode_ids([prefix + w for w, _ in common])
+        rows = sorted(((len(e), c, w) for (w, c), e in zip(common, encs)), key=lambda r: (-r[0], -r[1], r[2]))
         out[lang] = [{"word": w, "count": c, "tokens": t} for t, c, w in rows[:show]]
     return out
 
 
-def run_report(tokenizers: dict[str, Path], docs: list[dict[str, str]]) -> dict[str, Any]:
+def run_report(tokenizers: dict[str, Path], docs: list[dict[str, str]],
+               patterns: dict[str, str] | None = None, references: list[str] | None = None) -> dict[str, Any]:
     """Measure every tokenizer on the same ``docs``.
 
     Args:
-        tokenizers: display name -> ``tokenizer.json`` path (in column order).
+        tokenizers: display name -> tokenizer file (HF ``tokenizer.json``,
+            tiktoken BPE file or ``tekken.json``: :class:`_Tok`), in column order.
         docs: from :func:`read_corpus` (or the build's held-out split).
+        patterns: name -> pre-tokenizer regex or preset for tiktoken files
+            (:func:`resolve_pattern`).
+        references: the names that are reference tokenizers (compared
+            against the first other one in :func:`comparison_lines`).
 
     Returns:
-        ``{"corpus": {documents, chars, languages, sources}, "tokenizers":
-        {name: {"path", "metrics", "vocabulary", "fragmented_words"}}}``.
+        ``{"corpus": {documents, chars, languages, sources}, "references": [names],
+        "tokenizers": {name: {"path", "kind", "metrics", "vocabulary", "fragmented_words"}}}``.
     """
     report: dict[str, Any] = {
         "corpus": {"documents": len(docs), "chars": sum(len(d["text"]) for d in docs),
                    "languages": dict(sorted(Counter(d["lang"] for d in docs).items())),
                    "sources": dict(sorted(Counter(d["source"] for d in docs).items()))},
+        "references": [n for n in tokenizers if n in set(references or ())],
         "tokenizers": {},
     }
     for name, path in tokenizers.items():
-        tok = _Tok(name, path)
-        report["tokenizers"][name] = {"path": str(path), "metrics": measure(tok, docs),
+        tok = _Tok(name, path, (patterns or {}).get(name))
+        report["tokenizers"][name] = {"path": str(path), "kind": tok.kind, "metrics": measure(tok, docs),
                                       "vocabulary": vocabulary_facts(tok),
                                       "fragmented_words": fragmented_words(tok, docs)}
     return report
+
+
+def comparison_lines(report: dict[str, Any], metric: str = "chars_per_token") -> list[str]:
+    """One line per language (then ``all``): the first non-reference
+    tokenizer against each reference, e.g. ``"zh: 1.50 vs qwen 1.65
+    chars/token"``. Empty without references."""
+    refs = [n for n in report.get("references", []) if n in report["tokenizers"]]
+    ours = [n for n in report["tokenizers"] if n not in refs]
+    if not refs or not ours:
+        return []
+    unit = {"chars_per_token": "chars/token", "bytes_per_token": "bytes/token"}.get(metric, metric)
+    m0 = report["tokenizers"][ours[0]]["metrics"]
+    lines = []
+    for lang in [*m0["language"], "all"]:
+        g = m0["all"] if lang == "all" else m0["language"][lang]
+        others = []
+        for r in refs:
+            mr = report["tokenizers"][r]["metrics"]
+            gr = mr["all"] if lang == "all" else mr["language"].get(lang)
+            if gr is not None:
+                others.append(f"{r} {gr[metric]:.2f}")
+        lines.append(f"{lang}: {g[metric]:.2f} vs {', '.join(others)} {unit}")
+    return lines
 
 
 def check_thresholds(report: dict[str, Any], min_round_trip: float = 1.0,
                      max_byte_fallback_rate: float | None = None,
                      min_chars_per_token: dict[str, float] | None = None,
                      max_unknown_rate: float = 0.0) -> list[str]:
-    """One warning line per missed threshold, per tokenizer and language
-    (``all`` for the whole corpus); empty when every threshold is met."""
+    """One warning line per missed threshold, per tokenizer (references
+    excepted) and language (``all`` for the whole corpus); empty when every
+    threshold is met."""
     warnings = []
     for name, t in report["tokenizers"].items():
+        if name in report.get("references", ()):
+            continue  # a reference is compared against, not checked
         m = t["metrics"]
         for lang, g in [("all", m["all"]), *m["language"].items()]:
             if g["round_trip"] is not None and g["round_trip"] < min_round_trip:
@@ -438,12 +553,16 @@ def to_markdown(report: dict[str, Any], warnings: list[str] | None = None) -> st
            + ", ".join(f"{k} {v}" for k, v in c["languages"].items()) + ".", ""]
     if warnings is not None:
         out += ["## Threshold warnings", ""] + ([f"* {w}" for w in warnings] or ["none"]) + [""]
+    compare = comparison_lines(report)
+    if compare:
+        out += ["## Against the reference tokenizers (characters per token)", ""] + [f"* {x}" for x in compare] + [""]
     head, rows = headline_rows(report)
     out += ["## Headline (per language)", "", _md_table(head, rows), ""]
     for n in names:
         t = report["tokenizers"][n]
         m = t["metrics"]
-        out += [f"## {n} (`{t['path']}`)", "", "### Per source", ""]
+        ref = " (reference)" if n in report.get("references", ()) else ""
+        out += [f"## {n}{ref} (`{t['path']}`)", "", "### Per source", ""]
         out.append(_md_table(["source", "docs", "chars/tok", "bytes/tok", "tok/word", "round trip",
                               "byte fallback"],
                              [[s, _fmt(g["documents"]), _fmt(g["chars_per_token"]), _fmt(g["bytes_per_token"]),
@@ -546,10 +665,13 @@ def to_html(report: dict[str, Any], warnings: list[str] | None = None) -> str:
         warn = "<h2>Threshold warnings</h2><ul>" + ("".join(f"<li>{html.escape(w)}</li>" for w in warnings)
                                                      or "<li>none</li>") + "</ul>"
     plots = "".join(f"<h2>{html.escape(t)}</h2>{svg}" for t, svg in _svg_plots(report))
+    lines = comparison_lines(report)
+    compare = ("<h2>Against the reference tokenizers</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
+               + "</ul>") if lines else ""
     style = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}pre{white-space:pre-wrap}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Tokenizer report</title>"
-            f"<style>{style}</style></head><body><h1>Tokenizer coverage report</h1>{warn}"
+            f"<style>{style}</style></head><body><h1>Tokenizer coverage report</h1>{compare}{warn}"
             f"<h2>Headline</h2>{table}{plots}<h2>Full report</h2>"
             f"<pre>{html.escape(to_markdown(report, warnings))}</pre></body></html>")
 
@@ -604,11 +726,18 @@ def build_report(tokenize_config, partition_paths: list[Path], tokenizer_path: P
 
     Returns:
         the manifest entry: ``{"dir", "heldout_documents", "heldout_chars",
-        "headline": {lang: {metric: value}}, "warnings": [...]}``.
+        "headline": {lang: {metric: value}}, "references": {name: {"path",
+        "kind", "headline"}}, "comparison": [lines of :func:`comparison_lines`],
+        "warnings": [...]}``. The references are the config's
+        ``tokenize.report_reference_tokenizers``, measured on the same text.
     """
     cfg = tokenize_config
     docs = heldout_documents(partition_paths, seed, cfg.heldout_fraction, cfg.heldout_max_chars)
-    report = run_report({"version": Path(tokenizer_path)}, docs)
+    configured = getattr(cfg, "reference_tokenizers", dict)()  # a plugin's tokenizer config may have none
+    refs = {name: ref.path for name, ref in configured.items()}
+    report = run_report({"version": Path(tokenizer_path), **{n: Path(p) for n, p in refs.items()}}, docs,
+                        patterns={n: r.pattern for n, r in configured.items() if r.pattern},
+                        references=list(refs))
     report["tokenizers"]["version"]["path"] = TOKENIZER  # the version's own, not the tmp path
     warnings = check_thresholds(report, cfg.report_min_round_trip, cfg.report_max_byte_fallback_rate,
                                 cfg.report_min_chars_per_token)
@@ -617,8 +746,17 @@ def build_report(tokenize_config, partition_paths: list[Path], tokenizer_path: P
     for w in warnings:
         log(f"[tokenizer-report] WARNING {w}")
     m = report["tokenizers"]["version"]["metrics"]
+    compare = comparison_lines(report)
+    for line in compare:
+        log(f"[tokenizer-report] {line}")
     return {"dir": TOKENIZER_REPORT_DIR, "heldout_documents": len(docs),
             "heldout_chars": report["corpus"]["chars"],
             "headline": {lang: {k: g[k] for k in HEADLINE}
                          for lang, g in [*m["language"].items(), ("all", m["all"])]},
+            "references": {n: {"path": refs[n], "kind": report["tokenizers"][n]["kind"],
+                               "headline": {lang: {k: g[k] for k in HEADLINE} for lang, g in
+                                            [*report["tokenizers"][n]["metrics"]["language"].items(),
+                                             ("all", report["tokenizers"][n]["metrics"]["all"])]}}
+                           for n in refs},
+            "comparison": compare,
             "warnings": warnings}

@@ -5,6 +5,7 @@
 
 import json
 import sys
+import typing
 
 import pydantic
 
@@ -17,6 +18,9 @@ def rows(model: type[pydantic.BaseModel], prefix: str) -> list[str]:
     out = []
     for name, field in model.model_fields.items():
         ann = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+        if ann == "Union":  # typing.Union (a Literal among its members): spell the members out
+            ann = " | ".join(getattr(a, "__name__", None) if isinstance(a, type) else str(a).replace("typing.", "")
+                             for a in typing.get_args(field.annotation))
         if field.is_required():
             default = "**required**"
         else:
@@ -77,8 +81,13 @@ def config_doc() -> str:
         "  `mixture.token_budget` when one is set;",
         "* `tokenize.vocab_size` of a trained tokenizer at least 3 + `num_reserved_tokens` + 256 + 1",
         "  (special tokens, byte alphabet, one merge);",
-        "* sources named by `mixture.weights` and `perplexity.reference_source` (required while",
-        "  perplexity is enabled);",
+        "* sources named by `mixture.weights`, `tokenize.train_source_weights` and",
+        "  `perplexity.reference_source` (required while perplexity is enabled); the languages of",
+        "  `tokenize.train_language_weights`; each file of `tokenize.report_reference_tokenizers` exists",
+        "  (and a tiktoken file has a pre-tokenizer pattern: `TokenizeStage.preflight`);",
+        "* an unset `tokenize.train_source_weights` is then filled in from `mixture.weights` (`\"corpus\"`",
+        "  when that is empty): the tokenizer's training sample follows the mix the model trains on",
+        "  (`pipeline.config._resolve_defaults`; docs/stages/tokenize.md, \"Training sample\");",
         "* the stage contract (`pipeline.contract`): every column or artifact an enabled stage reads is",
         "  provided by an earlier enabled stage, and what the assembly reads by some stage; a stage may be",
         "  disabled (`<stage>.enabled: false`) only when nothing enabled reads it (the error names the",

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -76,6 +77,12 @@ REASON_ENCODE_ERROR = "tokenize.encode_error"
 MAX_RUN_LIMIT = 128
 _HASH_SPACE = float(2**64)
 _HELDOUT_SALT = 0x68656C646F7574  # "heldout": the held-out draw is independent of other draws
+#: The training draw takes each document of a group with probability
+#: ``min(1, DRAW_MARGIN * target / available)``: 10% more than the target on
+#: average, so that the in-order pass that stops each group at its target
+#: reaches it (drawing exactly ``target / available`` left groups of a few dozen
+#: documents 10-20% short). Our choice; the extra spill is 10% of the budget.
+DRAW_MARGIN = 1.1
 
 # Scripts written without spaces (plus hangul, kept with them): Unicode script
 # properties, understood alike by Oniguruma (tokenizers) and fancy-regex (tiktoken).
@@ -106,6 +113,23 @@ def pretokenize_pattern(cjk_max_run: int, max_run: int = 64) -> str:
     return (rf"'(?:s|t|re|ve|m|ll|d)| ?[{CJK_SCRIPTS}]{{1,{int(cjk_max_run)}}}"
             rf"| ?[\p{{L}}\p{{M}}&&[^{CJK_SCRIPTS}]]{{1,{cap}}}|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]{{1,{cap}}}"
             rf"|\s{{1,{cap}}}(?!\S)|\s{{1,{cap}}}")
+
+
+class ReferenceTokenizer(pydantic.BaseModel):
+    """A reference tokenizer file for the coverage report (see
+    :class:`Config` ``report_reference_tokenizers``).
+
+    Attributes:
+        path: the file (relative to the working directory of the build, or absolute).
+        pattern: a tiktoken file's pre-tokenizer regex, or a preset name
+            (``qwen``, ``cl100k_base``); None: the preset named by the file's
+            stem, or, for ``tekken.json``, its own. Ignored for ``tokenizer.json``.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    path: str = pydantic.Field(min_length=1)
+    pattern: str | None = None
 
 
 class Config(RequiredStageConfig):
@@ -163,12 +187,22 @@ class Config(RequiredStageConfig):
             text. Default 20,000,000: about 40% of the dev corpus, ~100 s on
             2 cores at vocab 16384 (docs/stages/tokenize.md).
         train_language_weights: target share of the training sample per
-            language (``langid_lang``, else ``lang_hint``, else ``und``); shares
-            are renormalised over languages present, and a language not listed
-            is left out of training. None: the corpus's own mix.
-        train_source_weights: target share per source; with language weights
-            they split each language's share among sources (in proportion to
-            available characters x weight). None: the corpus's own mix.
+            language (``langid_lang``, else ``lang_hint``, else ``und``), as
+            shares of its characters; shares are renormalised over languages
+            present, and a language not listed is left out of training. None
+            (default): languages as the source shares give them.
+        train_source_weights: target share of the training sample per source
+            (its characters); with language weights they split each
+            language's share among sources (in proportion to available
+            characters x weight). A source weighted 0 (or not listed) is left
+            out. ``"corpus"``: each source in proportion to its available
+            characters (the corpus's own mix). None (default) means "the mix
+            the model trains on": a build fills it in from ``mixture.weights``
+            (the mixture's target token shares, ``pipeline.config``) before
+            any work, or with ``"corpus"`` when ``mixture.weights`` is empty
+            (the mixture then keeps natural shares); a ``Config`` used outside
+            a build treats None as ``"corpus"``. Weights are applied to
+            characters: a token count does not exist before the tokenizer.
         heldout_fraction: share of documents (drawn by a seeded hash of the id)
             kept out of tokenizer training and used for the coverage report of
             every build. Default 0.02 (our choice: ~1M characters of the dev
@@ -185,6 +219,16 @@ class Config(RequiredStageConfig):
         report_min_chars_per_token: build warning when a language's characters
             per token on the held-out split is below its value here (default
             none).
+        report_reference_tokenizers: name -> a reference tokenizer file (a
+            path, or ``{path, pattern}``) that every build's coverage report
+            measures on the same held-out text beside the version's
+            tokenizer (docs/tokenizer_report.md): an HF ``tokenizer.json``, a
+            tiktoken BPE file (``base64 rank`` lines, e.g. Qwen's
+            ``qwen.tiktoken``; ``pattern`` is its pre-tokenizer regex or a
+            preset of ``common.tokenizer_files.TIKTOKEN_PATTERNS``, by default
+            the preset named by the file's stem), or Mistral's ``tekken.json``
+            (its own pattern). Default: none. ``preflight`` checks each file
+            exists and a tiktoken file has a pattern, before any work.
         encode_threads: threads per process for encoding (tiktoken's batch
             API); the build's worker processes already use the cores, so 1.
         eos_token, pad_token, bos_token: special-token strings (GPT-2's
@@ -203,12 +247,13 @@ class Config(RequiredStageConfig):
     num_reserved_tokens: int = pydantic.Field(0, ge=0)
     train_max_chars: int = pydantic.Field(20_000_000, gt=0)
     train_language_weights: dict[str, float] | None = None
-    train_source_weights: dict[str, float] | None = None
+    train_source_weights: dict[str, float] | Literal["corpus"] | None = None
     heldout_fraction: float = pydantic.Field(0.02, ge=0.0, lt=1.0)
     heldout_max_chars: int = pydantic.Field(2_000_000, gt=0)
     report_min_round_trip: float = pydantic.Field(1.0, ge=0.0, le=1.0)
     report_max_byte_fallback_rate: float | None = pydantic.Field(0.02, ge=0.0, le=1.0)
     report_min_chars_per_token: dict[str, float] = pydantic.Field(default_factory=dict)
+    report_reference_tokenizers: dict[str, str | ReferenceTokenizer] = pydantic.Field(default_factory=dict)
     encode_threads: int = pydantic.Field(1, ge=1)
     eos_token: str = pydantic.Field("<|endoftext|>", min_length=1)
     pad_token: str = pydantic.Field("<|pad|>", min_length=1)
@@ -221,9 +266,12 @@ class Config(RequiredStageConfig):
             raise ValueError(f"pad/eos/bos tokens must differ, got {specials}")
         for key in ("train_language_weights", "train_source_weights"):
             weights = getattr(self, key)
-            if weights is not None and (any(w < 0 for w in weights.values())
-                                        or not any(w > 0 for w in weights.values())):
-                raise ValueError(f"{key}: weights must be >= 0 with at least one > 0")
+            if isinstance(weights, dict):
+                bad = {k: w for k, w in weights.items() if not (w >= 0 and math.isfinite(w))}
+                if bad:
+                    raise ValueError(f"{key}: weights must be finite and >= 0, got {bad}")
+                if not any(w > 0 for w in weights.values()):
+                    raise ValueError(f"{key}: at least one weight must be > 0 (got {weights})")
         if self.tokenizer_path is None and self.vocab_size < self.min_vocab_size():
             # The trainer never drops a special token or a byte symbol: a
             # smaller vocab_size would silently give a larger vocabulary.
@@ -233,6 +281,27 @@ class Config(RequiredStageConfig):
                 f"reserved) + 256 byte symbols take {len(self.special_tokens()) + 256} ids before any merge; "
                 f"use at least {self.min_vocab_size()}")
         return self
+
+    @pydantic.field_validator("train_source_weights", mode="before")
+    @classmethod
+    def _source_weights_form(cls, value):
+        if isinstance(value, str) and value != "corpus":
+            raise ValueError("a mapping source -> weight, 'corpus' (the corpus's own mix) or null "
+                             "(mixture.weights)")
+        return value
+
+    @pydantic.field_validator("report_reference_tokenizers")
+    @classmethod
+    def _reference_names(cls, refs: dict) -> dict:
+        if "version" in refs:
+            raise ValueError("'version' names the version's own tokenizer in the report; pick another name")
+        return refs
+
+    def reference_tokenizers(self) -> dict[str, ReferenceTokenizer]:
+        """``report_reference_tokenizers`` with every value a
+        :class:`ReferenceTokenizer`, in the config's order."""
+        return {name: ref if isinstance(ref, ReferenceTokenizer) else ReferenceTokenizer(path=ref)
+                for name, ref in self.report_reference_tokenizers.items()}
 
     def min_vocab_size(self) -> int:
         """The smallest ``vocab_size`` a trained tokenizer accepts: the special
@@ -245,6 +314,17 @@ class Config(RequiredStageConfig):
         if self.train_language_weights is not None:
             return {"langid_lang": "train_language_weights draws the training sample by language"}
         return {}
+
+    def language_codes(self) -> dict[str, list[str]]:
+        """The languages ``train_language_weights`` names (``und``, the
+        group of documents without a language, is always accepted)."""
+        codes = [c for c in (self.train_language_weights or {}) if c != "und"]
+        return {"train_language_weights": codes} if codes else {}
+
+    def source_weights(self) -> dict[str, float] | None:
+        """``train_source_weights`` as the sample uses it: a dict, or None for
+        the corpus's own mix (``"corpus"``, or None outside a build)."""
+        return self.train_source_weights if isinstance(self.train_source_weights, dict) else None
 
     def special_tokens(self) -> list[str]:
         """pad, eos, bos, then the reserved slots: ids 0, 1, 2, 3, ..."""
@@ -596,7 +676,7 @@ def _group_targets(available: dict[tuple[str, str], int], config: Config) -> dic
     """Target training characters per (source, language) group; see
     :func:`training_sample`."""
     budget = float(config.train_max_chars)
-    lw, sw = config.train_language_weights, config.train_source_weights
+    lw, sw = config.train_language_weights, config.source_weights()
     if lw is None and sw is None:
         total = sum(available.values())
         scale = min(1.0, budget / total) if total else 0.0
@@ -662,27 +742,37 @@ def training_sample(partitions: Partitions, config: Config, seed: int, counts: d
     1. Workers count the available characters of each (source, language)
        group of their partitions (``id``, ``source``, language, ``chars``; no
        text).
-    2. Each group gets a target (:class:`Config` ``train_*_weights``; without
-       weights, every group ``p * available`` with ``p = min(1,
-       train_max_chars / total)``), and each document of a group is drawn when
-       its seeded xxh64 id hash is below ``min(1, target / available)`` (so the
-       draw does not depend on partitioning). Workers write their drawn texts
-       to ``spill_dir`` (about ``train_max_chars`` in all).
+    2. Each group gets a target in characters (:func:`_group_targets`: the
+       :class:`Config` ``train_language_weights`` and ``train_source_weights``
+       as resolved by the build; without weights, every group ``p *
+       available`` with ``p = min(1, train_max_chars / total)``), and each
+       document of a group is drawn when its seeded xxh64 id hash is below
+       ``min(1, DRAW_MARGIN * target / available)`` (so the draw does not
+       depend on partitioning). Workers write their drawn texts to
+       ``spill_dir`` (about ``DRAW_MARGIN * train_max_chars`` in all).
     3. The driver streams the drawn texts in partition order, skipping a
        document that would take its group past its target (or the sample past
-       ``train_max_chars``). It reads about ``train_max_chars`` characters,
-       whatever the corpus size.
+       ``train_max_chars``). It reads about ``DRAW_MARGIN *
+       train_max_chars`` characters, whatever the corpus size; its memory is
+       one partition's drawn texts plus one counter per group.
+
+    A group with less text than its target gives all it has (the shortfall is
+    not given to other groups): the realised shares then differ from the
+    targets, and ``counts`` shows by how much.
 
     Args:
         counts: if given, filled with ``{"documents", "chars", "by_language",
-            "by_source", "heldout_documents"}`` as the sample is consumed.
+            "by_source", "heldout_documents", "targets", "available"}`` as
+            the sample is consumed (``targets`` / ``available``: characters
+            per ``"source\0language"`` group).
         spill_dir: where the drawn texts go (a temporary directory when None;
             removed when the sample is consumed).
     """
     import tempfile
 
     counts = counts if counts is not None else {}
-    counts.update(documents=0, chars=0, by_language={}, by_source={}, heldout_documents=0)
+    counts.update(documents=0, chars=0, by_language={}, by_source={}, heldout_documents=0,
+                  targets={}, available={})
     mapper = partitions.map or (lambda fn, items: [fn(x) for x in items])
     fraction = config.heldout_fraction
     available: dict[tuple[str, str], int] = defaultdict(int)
@@ -692,8 +782,10 @@ def training_sample(partitions: Partitions, config: Config, seed: int, counts: d
             source, lang = key.split("\0")
             available[(source, lang)] += chars
     targets = _group_targets(available, config)
-    draw = {f"{s}\0{l}": min(1.0, t / available[(s, l)]) for (s, l), t in targets.items()
+    draw = {f"{s}\0{l}": min(1.0, DRAW_MARGIN * t / available[(s, l)]) for (s, l), t in targets.items()
             if t > 0 and available[(s, l)]}
+    counts["targets"] = {"\0".join(g): t for g, t in sorted(targets.items())}
+    counts["available"] = {"\0".join(g): c for g, c in sorted(available.items())}
     own = spill_dir is None
     spill = Path(tempfile.mkdtemp(prefix="bpe-sample-")) if own else Path(spill_dir)
     files = [spill / f"part-{i:05d}.parquet" for i in range(len(partitions.paths))]
@@ -719,6 +811,44 @@ def training_sample(partitions: Partitions, config: Config, seed: int, counts: d
                 yield text
     finally:
         shutil.rmtree(spill, ignore_errors=True) if own else [f.unlink(missing_ok=True) for f in files]
+
+
+def sample_shares(counts: dict[str, Any], config: Config) -> dict[str, Any]:
+    """The training sample's target and realised shares, per language and
+    per source (the manifest's ``tokenizer.training_sample``).
+
+    Args:
+        counts: filled by :func:`training_sample`.
+
+    Returns:
+        ``{"language_weights": dict | None, "source_weights": dict |
+        "corpus", "by_language": {lang: row}, "by_source": {source: row}}``,
+        each row ``{"target_share", "realised_share", "target_chars",
+        "chars", "available_chars"}`` (shares of the sample's characters;
+        ``target_share`` from the groups' targets, so it is the weight's
+        share among groups that have text). A group with less text than its
+        target shows it as ``available_chars`` < ``target_chars``.
+    """
+    out: dict[str, Any] = {"language_weights": config.train_language_weights,
+                           "source_weights": config.source_weights() or "corpus"}
+    targets, available = counts.get("targets", {}), counts.get("available", {})
+    total_target = sum(targets.values()) or 1.0
+    total = counts.get("chars", 0) or 1
+    for kind, pos, realised in (("by_language", 1, counts.get("by_language", {})),
+                                ("by_source", 0, counts.get("by_source", {}))):
+        rows: dict[str, dict[str, Any]] = {}
+        for key in sorted(set(targets) | set(available)):
+            name = key.split("\0")[pos]
+            row = rows.setdefault(name, {"target_chars": 0.0, "available_chars": 0})
+            row["target_chars"] += targets.get(key, 0.0)
+            row["available_chars"] += available.get(key, 0)
+        for name, row in rows.items():
+            row["target_chars"] = round(row["target_chars"])
+            row["target_share"] = round(row["target_chars"] / total_target, 6)
+            row["chars"] = realised.get(name, 0)
+            row["realised_share"] = round(row["chars"] / total, 6)
+        out[kind] = {k: dict(sorted(v.items())) for k, v in sorted(rows.items())}
+    return out
 
 
 def _special_ids(tokenizer, config: Config) -> dict[str, int | None]:
@@ -769,6 +899,25 @@ class TokenizeStage(Stage):
         "pad_id": "value: the id of the pad token (best-fit packing fills gaps with it)",
     }
 
+    @classmethod
+    def preflight(cls, config: Config) -> list[str]:
+        """Each ``report_reference_tokenizers`` file exists, and a tiktoken
+        file has a pre-tokenizer pattern (``common.tokenizer_files``)."""
+        from common.tokenizer_files import resolve_pattern, tokenizer_kind
+
+        errors = []
+        for name, ref in config.reference_tokenizers().items():
+            key = f"tokenize.report_reference_tokenizers.{name}"
+            if not Path(ref.path).is_file():
+                errors.append(f"{key}: no such file: {ref.path}")
+                continue
+            try:
+                if tokenizer_kind(Path(ref.path)) == "tiktoken":
+                    resolve_pattern(Path(ref.path), ref.pattern)
+            except (OSError, ValueError) as err:
+                errors.append(f"{key}: {err}")
+        return errors
+
     def fit(self, partitions: Partitions) -> FitResult:
         """Train or load the tokenizer; write ``work_dir/tokenizer.json`` and
         ``work_dir/encoder.json`` (which encoder ``process`` uses).
@@ -779,7 +928,9 @@ class TokenizeStage(Stage):
             included), "max_token_id", "token_id_dtype" (from the largest
             id), "special_token_ids": {pad, eos, bos}, "trained": bool,
             "training_chars", "training_documents", "training_chars_by_language",
-            "training_chars_by_source", "heldout_documents", "encoder": {...}}``
+            "training_chars_by_source", "heldout_documents", "training_sample"
+            (:func:`sample_shares`: target and realised share per language
+            and per source; None when loaded), "encoder": {...}}``
             (training counts 0 / empty when loaded).
 
         Raises:
@@ -815,6 +966,7 @@ class TokenizeStage(Stage):
             "training_chars_by_language": dict(sorted(counts["by_language"].items())),
             "training_chars_by_source": dict(sorted(counts["by_source"].items())),
             "heldout_documents": counts["heldout_documents"],
+            "training_sample": sample_shares(counts, config) if config.tokenizer_path is None else None,
             "encoder": encoder_facts,
         }, artifacts={"tokenizer": TOKENIZER_FILE}, exports={"pad_id": special["pad"]})
 

@@ -324,3 +324,40 @@ def test_language_codes_are_read_as_document_labels_and_unknown_ones_refused():
         parse_config(_cfg(langid={"allowed_languages": []}))
     with pytest.raises(ConfigError, match="'nb' and 'no' both mean language 'no'"):
         parse_config(_cfg(heuristics={"thresholds": {"nb": {"min_words": 3}, False: {"min_words": 4}}}))
+
+
+def test_tokenizer_sample_shares_default_to_the_mixture_weights():
+    # Unset: the build fills in mixture.weights (the mix the model trains on).
+    cfg = parse_config(_cfg(mixture={"weights": {"web": 0.8, "reference": 0.2}}))
+    assert cfg.tokenize.train_source_weights == {"web": 0.8, "reference": 0.2}
+    assert cfg.tokenize.source_weights() == {"web": 0.8, "reference": 0.2}
+    # No mixture weights: the mixture keeps natural shares, and so does the sample.
+    assert parse_config(_cfg()).tokenize.train_source_weights == "corpus"
+    # What the user sets wins, "corpus" included; the hash follows the resolved value.
+    own = parse_config(_cfg(mixture={"weights": {"web": 0.8, "reference": 0.2}},
+                            tokenize={"train_source_weights": {"web": 1, "reference": 1}}))
+    assert own.tokenize.train_source_weights == {"web": 1.0, "reference": 1.0}
+    raw = parse_config(_cfg(mixture={"weights": {"web": 0.8, "reference": 0.2}},
+                            tokenize={"train_source_weights": "corpus"}))
+    assert raw.tokenize.source_weights() is None
+    assert len({config_hash(c) for c in (cfg, own, raw)}) == 3
+
+
+@pytest.mark.parametrize("shares, line", [
+    ({"train_source_weights": {"web": 1, "blogs": 1}},
+     "c.yaml: tokenize.train_source_weights.blogs: not a configured source (sources: reference, web)"),
+    ({"train_source_weights": {"web": -0.5, "reference": 1}},
+     "c.yaml: tokenize.train_source_weights: weights must be finite and >= 0, got {'web': -0.5}"),
+    ({"train_source_weights": {"web": 0, "reference": 0}},
+     "c.yaml: tokenize.train_source_weights: at least one weight must be > 0 (got {'web': 0.0, 'reference': 0.0})"),
+    ({"train_source_weights": "mixture"},
+     "c.yaml: tokenize.train_source_weights: a mapping source -> weight, 'corpus' (the corpus's own mix) or null "
+     "(mixture.weights) (got 'mixture')"),
+    ({"train_language_weights": {"zh": 1, "klingon": 1}},
+     "c.yaml: tokenize.train_language_weights: 'klingon': not a language code lid.176 gives (ISO 639-1 such as "
+     "en, zh, nb; see docs/stages/langid.md) nor a source's lang"),
+])
+def test_bad_tokenizer_sample_shares_are_one_config_line(shares, line):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(_cfg(tokenize=shares), origin="c.yaml")
+    assert str(exc.value).splitlines() == [line]

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from pipeline.tokenizer_report import (
     _Tok,
     check_thresholds,
+    comparison_lines,
     read_corpus,
     run_report,
+    to_markdown,
     vocabulary_facts,
     write_report,
 )
@@ -156,3 +159,142 @@ def test_html_does_not_depend_on_global_matplotlib_state(hello_tokenizer, tmp_pa
     assert first == second
     assert b"<dc:date>" not in first
     assert b"http://" not in first.replace(b"http://www.w3.org", b"")
+
+
+# --------------------------------------------------------------------------- reference tokenizers
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN = REPO / ".reference-tokenizers" / "qwen.tiktoken"
+# A tiny BPE in tiktoken's format: the 256 bytes (rank = byte value), then
+# "he" 256, "ll" 257, "hell" 258, "hello" 259. With the Qwen pre-tokenizer,
+# "hello hello 123" is "hello" | " hello" | " " | "1" | "2" | "3": "hello" is 1
+# token, " hello" 2 (" " + "hello": no " h" merge), " " 1, each digit 1: 7.
+_MERGES = [b"he", b"ll", b"hell", b"hello"]
+
+
+def _tiny_ranks() -> list[tuple[bytes, int]]:
+    return [(bytes([b]), b) for b in range(256)] + [(m, 256 + i) for i, m in enumerate(_MERGES)]
+
+
+@pytest.fixture(scope="module")
+def tiny_tiktoken(tmp_path_factory) -> Path:
+    import base64
+
+    path = tmp_path_factory.mktemp("tik") / "tiny.tiktoken"
+    path.write_bytes(b"".join(base64.b64encode(t) + b" " + str(r).encode() + b"\n" for t, r in _tiny_ranks()))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_tekken(tmp_path_factory) -> Path:
+    import base64
+
+    from common.tokenizer_files import TIKTOKEN_PATTERNS
+
+    path = tmp_path_factory.mktemp("tek") / "tekken.json"
+    vocab = [{"rank": r, "token_bytes": base64.b64encode(t).decode(), "token_str": None} for t, r in _tiny_ranks()]
+    # 10 more ranks beyond default_vocab_size - specials: mistral_common drops them, so do we.
+    vocab += [{"rank": 260 + i, "token_bytes": base64.b64encode(b" 1" + bytes([48 + i])).decode(),
+               "token_str": None} for i in range(10)]
+    path.write_text(json.dumps({"config": {"pattern": TIKTOKEN_PATTERNS["qwen"], "num_vocab_tokens": 270,
+                                           "default_vocab_size": 1260, "default_num_special_tokens": 1000},
+                                "vocab": vocab}))
+    return path
+
+
+def test_tiktoken_and_tekken_files_give_hand_computed_counts(tiny_tiktoken, tiny_tekken, hello_tokenizer):
+    from common.tokenizer_files import tokenizer_kind
+
+    assert [tokenizer_kind(p) for p in (tiny_tiktoken, tiny_tekken, hello_tokenizer)] == ["tiktoken", "tekken", "hf"]
+    report = run_report({"ours": hello_tokenizer, "tiny": tiny_tiktoken, "tek": tiny_tekken}, DOCS,
+                        patterns={"tiny": "qwen"}, references=["tiny", "tek"])
+    for name in ("tiny", "tek"):
+        m = report["tokenizers"][name]["metrics"]
+        en, zh = m["language"]["en"], m["language"]["zh"]
+        assert (en["chars"], en["bytes"], en["tokens"]) == (15, 15, 7)
+        assert en["chars_per_token"] == pytest.approx(15 / 7) and en["bytes_per_token"] == pytest.approx(15 / 7)
+        assert en["byte_fallback_rate"] == 0.0 and en["round_trip"] == 1.0
+        assert (zh["chars"], zh["bytes"], zh["tokens"]) == (1, 3, 3)  # "价": 3 byte tokens
+        assert zh["byte_fallback_rate"] == 1.0 and zh["round_trip"] == 1.0 and zh["unknown_rate"] == 0.0
+        assert report["tokenizers"][name]["vocabulary"]["size"] == 260
+        assert report["tokenizers"][name]["vocabulary"]["longest"][0] == {"token": "hello", "bytes": 5}
+    assert report["references"] == ["tiny", "tek"]
+    assert comparison_lines(report) == ["en: 2.50 vs tiny 2.14, tek 2.14 chars/token",
+                                        "zh: 0.33 vs tiny 0.33, tek 0.33 chars/token",
+                                        "all: 1.78 vs tiny 1.60, tek 1.60 chars/token"]
+    # A reference is measured, never warned about; ours is.
+    warnings = check_thresholds(report, max_byte_fallback_rate=0.5)
+    assert warnings == ["tokenizer ours, language zh: byte-fallback rate 1.0000 > 0.5"]
+    md = to_markdown(report)
+    assert "* zh: 0.33 vs tiny 0.33, tek 0.33 chars/token" in md and "## tiny (reference)" in md
+
+
+def test_a_tiktoken_file_needs_its_pattern(tiny_tiktoken):
+    with pytest.raises(ValueError, match="needs its pre-tokenizer pattern"):
+        run_report({"tiny": tiny_tiktoken}, DOCS)
+
+
+def test_qwen_reference_file_gives_qwen_ids():
+    if not QWEN.is_file():
+        pytest.skip("no .reference-tokenizers/qwen.tiktoken (make setup unpacks it from the dashscope wheel)")
+    tok = _Tok("qwen", QWEN)  # the pattern: the "qwen" preset, from the file's stem
+    # Qwen's ids (QwenLM/Qwen tokenizer: 你好 108386, ， 3837, 世界 99489, ！ 6313).
+    assert tok.encode_ids(["你好，世界！"]) == [[108386, 3837, 99489, 6313]]
+    report = run_report({"qwen": QWEN}, [{"text": "你好，世界！", "lang": "zh", "source": "s"}])
+    zh = report["tokenizers"]["qwen"]["metrics"]["language"]["zh"]
+    assert (zh["chars"], zh["tokens"], zh["bytes"]) == (6, 4, 18)
+    assert zh["chars_per_token"] == 1.5 and zh["byte_fallback_rate"] == 0.0
+
+
+def test_cli_reference_and_pattern(hello_tokenizer, tiny_tiktoken, tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps(d, ensure_ascii=False) for d in DOCS) + "\n", encoding="utf-8")
+    base = ["tokenizer-report", "--tokenizer", f"ours={hello_tokenizer}", "--corpus", str(corpus),
+            "--reference", f"tiny={tiny_tiktoken}", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, base)
+    assert result.exit_code == 2 and "needs its pre-tokenizer pattern" in result.output
+    result = CliRunner().invoke(app, base + ["--pattern", "tiny=qwen"])
+    assert result.exit_code == 0, result.output
+    assert "zh: 0.33 vs tiny 0.33 chars/token" in result.output
+    body = json.loads((tmp_path / "out" / "tokenizer_report.json").read_text())
+    assert body["references"] == ["tiny"] and body["tokenizers"]["tiny"]["metrics"]["all"]["tokens"] == 10
+
+
+def test_build_report_measures_the_configured_references(hello_tokenizer, tiny_tiktoken, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.tokenizer_report import build_report
+
+    part = tmp_path / "part-00000.parquet"
+    pq.write_table(pa.table({"id": ["w:f:0", "w:f:1"], "source": ["web"] * 2, "text": ["hello hello 123", "价"],
+                             "langid_lang": ["en", "zh"], "keep": [True, True]}), part)
+    config = Config(heldout_fraction=0.999, report_max_byte_fallback_rate=None,
+                    report_reference_tokenizers={"tiny": {"path": str(tiny_tiktoken), "pattern": "qwen"}})
+    lines = []
+    entry = build_report(config, [part], hello_tokenizer, tmp_path / "v", 7, lines.append)
+    assert entry["heldout_documents"] == 2
+    assert entry["references"]["tiny"]["kind"] == "tiktoken"
+    assert entry["references"]["tiny"]["headline"]["en"]["chars_per_token"] == pytest.approx(15 / 7)
+    assert entry["comparison"] == ["en: 2.50 vs tiny 2.14 chars/token", "zh: 0.33 vs tiny 0.33 chars/token",
+                                   "all: 1.78 vs tiny 1.60 chars/token"]
+    assert lines == [f"[tokenizer-report] {x}" for x in entry["comparison"]]
+
+
+def test_reference_tokenizer_config_is_checked_before_any_work(tiny_tiktoken, tmp_path):
+    from stages.tokenize import TokenizeStage
+
+    missing = Config(report_reference_tokenizers={"qwen": str(tmp_path / "nope.tiktoken")})
+    assert TokenizeStage.preflight(missing) == [
+        f"tokenize.report_reference_tokenizers.qwen: no such file: {tmp_path / 'nope.tiktoken'}"]
+    no_pattern = Config(report_reference_tokenizers={"tiny": str(tiny_tiktoken)})
+    [line] = TokenizeStage.preflight(no_pattern)
+    assert line.startswith("tokenize.report_reference_tokenizers.tiny: ") and "needs its pre-tokenizer pattern" in line
+    assert TokenizeStage.preflight(Config(report_reference_tokenizers={
+        "tiny": {"path": str(tiny_tiktoken), "pattern": "qwen"}})) == []
+    with pytest.raises(pydantic.ValidationError, match="names the version's own tokenizer"):
+        Config(report_reference_tokenizers={"version": str(tiny_tiktoken)})

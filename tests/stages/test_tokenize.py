@@ -446,3 +446,65 @@ def test_tokenizers_0_15_loads_the_file_with_the_same_ids(trained):
     from tokenizers import Tokenizer
 
     assert ids == Tokenizer.from_file(str(path)).encode(TEXT_015).ids
+
+
+def _two_source_partitions(tmp_path: Path, n: int = 300) -> Partitions:
+    """``n`` documents of 100 characters in each of sources ``a`` (en) and
+    ``b`` (zh), interleaved, over three partitions."""
+    rows = []
+    for i in range(n):
+        rows.append((f"a:f:{i}", "a", "en", (f"alpha beta gamma {i} " * 20)[:100]))
+        rows.append((f"b:f:{i}", "b", "zh", (f"数据清洗之后文档被切分{i}" * 20)[:100]))
+    paths = []
+    for k in range(3):
+        chunk = rows[k::3]
+        path = tmp_path / f"two-{k}.parquet"
+        pq.write_table(pa.table({"id": [r[0] for r in chunk], "source": [r[1] for r in chunk],
+                                 "lang_hint": [r[2] for r in chunk], "text": [r[3] for r in chunk],
+                                 "chars": pa.array([len(r[3]) for r in chunk], pa.int64()),
+                                 "keep": [True] * len(chunk)}), path)
+        paths.append(path)
+    return Partitions(paths, mapper=lambda fn, items: [fn(i) for i in items])
+
+
+def test_source_shares_08_02_are_realised(tmp_path):
+    # 30,000 characters per source, budget 10,000: targets a 8,000, b 2,000
+    # (80 and 20 whole documents). Tolerance: 0.02 of the sample (2 documents).
+    parts = _two_source_partitions(tmp_path)
+    facts = _stage(tmp_path, "s82", vocab_size=300, train_max_chars=10_000, heldout_fraction=0.0,
+                   train_source_weights={"a": 0.8, "b": 0.2}).fit(parts).facts
+    sample = facts["training_sample"]
+    assert sample["source_weights"] == {"a": 0.8, "b": 0.2} and sample["language_weights"] is None
+    a, b = sample["by_source"]["a"], sample["by_source"]["b"]
+    assert (a["target_chars"], b["target_chars"]) == (8000, 2000)
+    assert (a["target_share"], b["target_share"]) == (0.8, 0.2)
+    assert (a["available_chars"], b["available_chars"]) == (30_000, 30_000)
+    assert abs(a["realised_share"] - 0.8) <= 0.02 and abs(b["realised_share"] - 0.2) <= 0.02
+    assert a["chars"] <= 8000 and b["chars"] <= 2000 and a["chars"] + b["chars"] >= 9600
+    assert facts["training_chars_by_source"] == {"a": a["chars"], "b": b["chars"]}
+    # Sources a and b are en and zh here, so the language rows say the same.
+    assert sample["by_language"]["zh"]["realised_share"] == b["realised_share"]
+    # The corpus's own mix of the same corpus is half and half.
+    raw = _stage(tmp_path, "raw", vocab_size=300, train_max_chars=10_000, heldout_fraction=0.0,
+                 train_source_weights="corpus").fit(parts).facts["training_sample"]
+    assert raw["source_weights"] == "corpus"
+    assert raw["by_source"]["a"]["target_share"] == 0.5
+    assert abs(raw["by_source"]["b"]["realised_share"] - 0.5) <= 0.02
+    # Deterministic, and independent of partitioning.
+    again = _stage(tmp_path, "s82b", vocab_size=300, train_max_chars=10_000, heldout_fraction=0.0,
+                   train_source_weights={"a": 0.8, "b": 0.2}).fit(parts).facts
+    assert again["tokenizer_sha256"] == facts["tokenizer_sha256"]
+
+
+def test_unset_source_shares_follow_the_mixture_weights(tmp_path):
+    from pipeline.config import parse_config
+
+    parts = _two_source_partitions(tmp_path)
+    cfg = parse_config({"sources": {"a": {"paths": ["x"]}, "b": {"paths": ["y"]}}, "perplexity": {"enabled": False},
+                        "tokenize": {"vocab_size": 300, "train_max_chars": 10_000, "heldout_fraction": 0.0},
+                        "mixture": {"weights": {"a": 0.2, "b": 0.8}}})
+    ctx = StageContext(work_dir=tmp_path / "mix", cache_dir=tmp_path / "cache", seed=0, tools_dir=tmp_path)
+    sample = TokenizeStage(cfg.tokenize, ctx).fit(parts).facts["training_sample"]
+    assert sample["source_weights"] == {"a": 0.2, "b": 0.8}
+    assert sample["by_source"]["b"]["target_share"] == 0.8
+    assert abs(sample["by_source"]["b"]["realised_share"] - 0.8) <= 0.02
