@@ -420,6 +420,8 @@ def spike(
     max_spikes: Annotated[int, typer.Option(help="spikes summarised (highest scores)")] = 5,
     step_base: Annotated[int | None, typer.Option(help="number of the log's first step (default: 1 for "
                                                        "mindformers' text log, 0 for JSONL)")] = None,
+    show_text: Annotated[bool, typer.Option(help="also print each spike step's pieces: trained text, source "
+                                                  "line and why each document was kept")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
@@ -430,7 +432,8 @@ def spike(
 
     vdir = _version_dir(version, corpora_root, config)
     try:
-        result = spike_report(vdir, log, window, global_batch, dp_size, metric, k, baseline, max_spikes, step_base)
+        result = spike_report(vdir, log, window, global_batch, dp_size, metric, k, baseline, max_spikes, step_base,
+                              show_text)
     except (ValueError, FileNotFoundError) as exc:
         _error(visible(exc))
         raise typer.Exit(2) from None

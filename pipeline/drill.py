@@ -133,15 +133,19 @@ def _pieces(records: list[dict[str, Any]]):
 
 
 def attach_text(version_dir: str | Path, records, full: bool = False,
-                manifest: dict[str, Any] | None = None, rows: dict[int, np.ndarray] | None = None
-                ) -> dict[int, np.ndarray]:
+                manifest: dict[str, Any] | None = None, rows: dict[int, np.ndarray] | None = None,
+                why: bool = True) -> dict[int, np.ndarray]:
     """Add to each piece of ``records`` (:func:`pipeline.lineage.lineage_for_step`
     records, or a :func:`~pipeline.lineage.lineage_for_document` result):
     ``token_ids`` (list of int: ``input_ids[sample_token_start:sample_token_end]``
     of its sample's shard row: the tokens that were trained) and ``text``
     (those ids decoded with the version's tokenizer, special tokens shown, so
     the document's closing EOS reads ``<|endoftext|>``; None when the version
-    has no ``tokenizer.json``); with ``full``,
+    has no ``tokenizer.json``); ``why`` (with ``why``: the document's
+    one-line explanation, :func:`pipeline.explain.why_line`: langid score,
+    perplexity and the two heuristics rules it passed most narrowly, with
+    thresholds and margins; one read of each table part for the whole step);
+    with ``full``,
     ``document_text`` (the whole kept document from ``documents/``).
 
     Returns the rows read (sample index -> int32[seq_length + 1]), for
@@ -159,6 +163,13 @@ def attach_text(version_dir: str | Path, records, full: bool = False,
         ids = rows[sample_index][piece["sample_token_start"]:piece["sample_token_end"]].tolist()
         piece["token_ids"] = ids
         piece["text"] = None if tokenizer is None else tokenizer.decode(ids, skip_special_tokens=False)
+    if why and pieces and manifest.get("stages"):  # a version without stage facts has nothing to explain
+        from pipeline.explain import explain_documents, why_line
+
+        ids = [p.get("doc_id", records.get("doc_id") if isinstance(records, dict) else None) for _, p in pieces]
+        explained = explain_documents(version_dir, ids)
+        for (_, piece), doc_id in zip(pieces, ids):
+            piece["why"] = why_line(explained[doc_id]) if doc_id in explained else None
     if full and pieces:
         doc_ids = [p.get("doc_id", records.get("doc_id") if isinstance(records, dict) else None)
                    for _, p in pieces]
@@ -180,6 +191,8 @@ def format_piece_texts(records, full: bool = False) -> str:
                    f"{piece['sample_token_end']} (document tokens {piece['doc_token_start']}-"
                    f"{piece['doc_token_end']}, copy {piece['repeat']}) {doc_id}  "
                    f"[{piece['file']} line {piece['line']}]" + (f" step {step}" if step is not None else ""))
+        if piece.get("why"):
+            out.append(piece["why"])
         text = piece.get("text")
         out.append(text if text is not None else f"(no {layout.TOKENIZER} in the version) token ids "
                    f"{piece.get('token_ids')}")

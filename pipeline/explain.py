@@ -38,6 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
@@ -50,37 +51,51 @@ class UnknownDocumentError(LookupError):
     """The id is in no table of the version (neither kept nor dropped)."""
 
 
+def find_documents(version_dir: Path, doc_ids, manifest: dict[str, Any], with_text: bool = True
+                   ) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    """``doc_id -> (stage, row)`` for each id found: its row of
+    ``documents/`` (stage None: kept) or of ``decisions/<stage>/`` (dropped by
+    ``stage``). Each table part is opened once for all the ids it may hold
+    and only row groups whose id statistics can hold one are decoded. Ids in
+    no table are absent from the result. ``with_text`` False leaves out the
+    ``text`` and ``meta`` columns (the bulk of a row group to decode)."""
+    from pipeline.lineage import row_groups_for
+
+    pending = sorted(set(doc_ids))
+    found: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    for table, stage in [(layout.DOCUMENTS, None), *((layout.DECISIONS, s) for s in manifest.get("stage_order", []))]:
+        if not pending:
+            break
+        by_part: dict[Path, list[str]] = {}
+        for doc_id in pending:
+            path = layout.id_table_part(version_dir, manifest, table, doc_id, stage)
+            if path is not None:
+                by_part.setdefault(path, []).append(doc_id)
+        for path, ids in by_part.items():
+            parquet = pq.ParquetFile(path)
+            groups = sorted({g for doc_id in ids for g in row_groups_for(parquet, "id", doc_id, doc_id)})
+            if not groups:
+                continue
+            columns = None if with_text else [c for c in parquet.schema_arrow.names if c not in ("text", "meta")]
+            rows = parquet.read_row_groups(groups, columns=columns)
+            rows = rows.filter(pc.is_in(rows["id"], value_set=pa.array(ids, pa.string())))
+            for row in rows.to_pylist():
+                found.setdefault(row["id"], (stage, row))
+        pending = [i for i in pending if i not in found]
+    return found
+
+
 def find_document(version_dir: Path, doc_id: str, manifest: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """``(stage, row)``: the row of ``doc_id`` in ``documents/`` (stage None:
-    kept) or in ``decisions/<stage>/`` (dropped by ``stage``), without the
-    ``text`` column's bulk beyond this one document.
+    """``(stage, row)`` of one id (:func:`find_documents`).
 
     Raises:
         UnknownDocumentError: no table holds the id.
     """
-    from pipeline.lineage import row_groups_for
-
-    def lookup(table: str, stage: str | None = None) -> dict[str, Any] | None:
-        path = layout.id_table_part(version_dir, manifest, table, doc_id, stage)
-        if path is None:
-            return None
-        parquet = pq.ParquetFile(path)
-        groups = row_groups_for(parquet, "id", doc_id, doc_id)
-        if not groups:
-            return None
-        rows = parquet.read_row_groups(groups)
-        rows = rows.filter(pc.equal(rows["id"], doc_id))
-        return rows.to_pylist()[0] if rows.num_rows else None
-
-    row = lookup(layout.DOCUMENTS)
-    if row is not None:
-        return None, row
-    for stage in manifest.get("stage_order", []):
-        row = lookup(layout.DECISIONS, stage)
-        if row is not None:
-            return stage, row
-    raise UnknownDocumentError(f"{doc_id!r} is in no table of {version_dir.name}: not kept (documents/) and not "
-                               f"dropped by any stage (decisions/<stage>/); ids are '<source>:<file>:<line>'")
+    found = find_documents(version_dir, [doc_id], manifest)
+    if doc_id not in found:
+        raise UnknownDocumentError(f"{doc_id!r} is in no table of {version_dir.name}: not kept (documents/) and not "
+                                   f"dropped by any stage (decisions/<stage>/); ids are '<source>:<file>:<line>'")
+    return found[doc_id]
 
 
 def _margin(value: Any, limit: Any, bound: str) -> float | None:
@@ -143,8 +158,9 @@ def _perplexity(row: dict[str, Any], manifest: dict[str, Any], config: dict[str,
     value = row.get("perplexity_value")
     if model is None:
         unscored = ((fit.get("coverage") or {}).get("unscored") or {}).get(lang) or {}
+        why = f": {unscored['why']}" if unscored.get("why") else ""
         return [{"name": "perplexity_value", "value": value, "bound": "max", "limit": None, "margin": None,
-                 "passes": None, "note": f"no model for {lang}" + (f": {unscored['why']}" if unscored.get("why") else "")}]
+                 "passes": None, "note": f"no model for {lang}{why}"}]
     out = [_check("perplexity_value", value, model.get("threshold"), "max", source=model.get("threshold_from"),
                   bucket=row.get("perplexity_bucket"), bucket_cutoffs=model.get("bucket_cutoffs"))]
     ratio = (config.get("perplexity") or {}).get("word_salad_max_ratio", {}).get(lang)
@@ -173,6 +189,19 @@ def _dedup(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]
     return out
 
 
+def _mixture(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The document's source's sampling facts (manifest ``mixture.per_source``):
+    ``ratio`` (tokens sampled / available: below 1 the source was
+    down-sampled, whole documents chosen by seed) against its target share."""
+    facts = ((manifest.get("mixture") or {}).get("per_source") or {}).get(row.get("source")) or {}
+    if "ratio" not in facts:
+        return []
+    return [{"name": "mixture_source_ratio", "value": facts["ratio"], "bound": None, "limit": None, "margin": None,
+             "passes": None, "note": f"source {row.get('source')}: sampled {facts['ratio']:.3g} x its available "
+                                     f"tokens toward target share {facts.get('target_share', 0):.3g} "
+                                     "(below 1: documents left out by seed)"}]
+
+
 def _columns(row: dict[str, Any], stage: str) -> list[dict[str, Any]]:
     prefix = f"{stage}_"
     return [{"name": k, "value": v, "bound": None, "limit": None, "margin": None, "passes": None}
@@ -199,10 +228,33 @@ def explain_document(version_dir: str | Path, doc_id: str) -> dict[str, Any]:
     """
     version_dir = Path(version_dir)
     manifest = load_manifest(version_dir)
-    config_path = version_dir / layout.CONFIG
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
     stage_dropped, row = find_document(version_dir, doc_id, manifest)
-    order = manifest.get("stage_order", list(manifest["stages"]))
+    return explain_row(doc_id, stage_dropped, row, manifest, _config(version_dir))
+
+
+def explain_documents(version_dir: str | Path, doc_ids, manifest: dict[str, Any] | None = None,
+                      with_text: bool = False) -> dict[str, dict[str, Any]]:
+    """:func:`explain_document` for many ids with one read per table part
+    (:func:`find_documents`, without the text unless ``with_text``); ids in
+    no table are absent."""
+    version_dir = Path(version_dir)
+    manifest = manifest or load_manifest(version_dir)
+    config = _config(version_dir)
+    return {doc_id: explain_row(doc_id, stage, row, manifest, config)
+            for doc_id, (stage, row) in find_documents(version_dir, doc_ids, manifest, with_text).items()}
+
+
+def _config(version_dir: Path) -> dict[str, Any]:
+    """The version's resolved ``config.yaml`` ({} when absent)."""
+    path = version_dir / layout.CONFIG
+    return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+
+
+def explain_row(doc_id: str, stage_dropped: str | None, row: dict[str, Any], manifest: dict[str, Any],
+                config: dict[str, Any]) -> dict[str, Any]:
+    """The explanation of one document's table row (see
+    :func:`explain_document`)."""
+    order = manifest.get("stage_order", list(manifest.get("stages") or {}))
     stages = []
     ran = True
     for stage in order:
@@ -217,6 +269,8 @@ def explain_document(version_dir: str | Path, doc_id: str) -> dict[str, Any]:
             checks = _perplexity(row, manifest, config)
         elif stage == "dedup":
             checks = _dedup(row, manifest)
+        elif stage == "mixture":
+            checks = _columns(row, stage) + _mixture(row, manifest)
         else:
             checks = _columns(row, stage)
         stages.append({"stage": stage, "ran": True, "checks": checks})
@@ -257,9 +311,10 @@ def format_explanation(result: dict[str, Any], all_checks: bool = True) -> str:
     if result["kept"]:
         out.append("KEPT by every stage")
     else:
-        f = result["failing"] or {}
-        out.append(f"DROPPED by {result['dropped_by']}: {result['reason']} (value {_num(f.get('value'))}, "
-                   f"threshold {f.get('bound') or ''} {_num(f.get('limit'))}, margin {_num(f.get('margin'))})")
+        f = result["failing"]
+        out.append(f"DROPPED by {result['dropped_by']}: {result['reason']}" + (
+            "" if f is None else f" (value {_num(f.get('value'))}, threshold {f.get('bound') or ''} "
+                                 f"{_num(f.get('limit'))}, margin {_num(f.get('margin'))})"))
     for s in result["stages"]:
         if not s["ran"]:
             out.append(f"[{s['stage']}] not reached")
@@ -276,3 +331,32 @@ def format_explanation(result: dict[str, Any], all_checks: bool = True) -> str:
             out.append("  " + "  ".join(x for x in (f"{c['name']:<38}", f"{_num(c['value']):>10}", f"{bound:<16}",
                                                      f"{margin:<16}", f"{ok:<4}", extra) if x is not None).rstrip())
     return "\n".join(out) + "\n"
+
+
+def closest_calls(result: dict[str, Any], count: int = 2) -> list[dict[str, Any]]:
+    """The checks a kept document passed most narrowly: the ``count``
+    applied checks with the smallest margin relative to their threshold
+    (``margin / |limit|``), besides langid's score and the perplexity value,
+    which are always listed. For the one-line "why kept" of
+    ``lineage --show-text``."""
+    fixed, ranked = [], []
+    for stage in result["stages"]:
+        for c in stage["checks"]:
+            if c["margin"] is None or c.get("note", "").startswith("not applied"):
+                continue
+            if c["name"] in ("langid_score", "perplexity_value"):
+                fixed.append(c)
+            elif c["limit"]:
+                ranked.append((c["margin"] / abs(float(c["limit"])), c["name"], c))
+    return fixed + [c for _, _, c in sorted(ranked, key=lambda t: (t[0], t[1]))[:count]]
+
+
+def why_line(result: dict[str, Any]) -> str:
+    """One line: ``kept: langid_score 0.97 (min 0.5, +0.47); ...`` (the
+    :func:`closest_calls`), or ``dropped by ...`` for a dropped document."""
+    if not result["kept"]:
+        f = result["failing"] or {}
+        return (f"dropped by {result['dropped_by']}: {result['reason']} (value {_num(f.get('value'))}, "
+                f"threshold {_num(f.get('limit'))})")
+    return "kept: " + "; ".join(f"{c['name']} {_num(c['value'])} ({c['bound']} {_num(c['limit'])}, "
+                                f"{c['margin']:+.3g})" for c in closest_calls(result))

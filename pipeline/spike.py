@@ -148,7 +148,7 @@ def baseline_steps(entries: list[dict[str, Any]], spike_steps: set[int], step: i
 
 def spike_report(version_dir: str | Path, log: str | Path, window: int, global_batch: int, dp_size: int = 1,
                  metric: str = "loss", k: float = DEFAULT_K, baseline: int = 4, max_spikes: int = 5,
-                 step_base: int | None = None) -> dict[str, Any]:
+                 step_base: int | None = None, show_text: bool = False) -> dict[str, Any]:
     """Read ``log``, find the spikes and summarise each spike step and its
     baseline (the normal steps before it, :func:`baseline_steps`) with
     :func:`pipeline.drill.step_summaries`.
@@ -157,9 +157,12 @@ def spike_report(version_dir: str | Path, log: str | Path, window: int, global_b
     "baseline_steps", "baseline": merged summary of the baseline steps}]}``;
     the ``max_spikes`` highest-scoring spikes get summaries (all are listed).
     A spike step outside the version's steps has ``summary`` None and
-    ``error`` set.
+    ``error`` set. With ``show_text``, each summarised spike also has
+    ``records``: its lineage with each piece's trained text and one-line
+    "why kept" (:func:`pipeline.drill.attach_text`), so one command goes
+    from the log to the text, its source line and its margins.
     """
-    from pipeline.drill import read_sample_rows, step_summaries
+    from pipeline.drill import attach_text, read_sample_rows, step_summaries
     from pipeline.lineage import lineage_for_step
     from pipeline.manifest import load_manifest
 
@@ -170,11 +173,14 @@ def spike_report(version_dir: str | Path, log: str | Path, window: int, global_b
     spike_steps = {s["step"] for s in spikes}
     chosen = {s["step"] for s in sorted(spikes, key=lambda s: -s["score"])[:max_spikes]}
 
-    def summarise(steps: list[int]) -> dict[str, Any] | None:
+    def summarise(steps: list[int], spike: dict[str, Any] | None = None) -> dict[str, Any] | None:
         records = []
         for step in steps:
             records.extend(lineage_for_step(version_dir, step, global_batch, dp_size, text_chars=0))
         rows = read_sample_rows(version_dir, [r["sample_index"] for r in records], manifest)
+        if spike is not None and show_text:
+            attach_text(version_dir, records, manifest=manifest, rows=rows)
+            spike["records"] = records
         return merge_summaries(step_summaries(version_dir, records, rows, manifest)) if records else None
 
     for spike in spikes:
@@ -183,7 +189,7 @@ def spike_report(version_dir: str | Path, log: str | Path, window: int, global_b
             continue
         spike["baseline_steps"] = baseline_steps(entries, spike_steps, spike["step"], window, baseline)
         try:
-            spike["summary"] = summarise([spike["step"]])
+            spike["summary"] = summarise([spike["step"]], spike)
             spike["baseline"] = summarise(spike["baseline_steps"])
         except ValueError as exc:
             spike["error"] = str(exc)
@@ -244,7 +250,8 @@ def format_spike_report(report: dict[str, Any]) -> str:
         base = spike["baseline"]
         left, right = _side(spike["summary"]), _side(base)
         target = spike["summary"]["target"]
-        keys = list(dict.fromkeys([*left, *right]))
+        keys = sorted(dict.fromkeys([*left, *right]), key=lambda key: (_ROW_ORDER.get(key.split(" ")[0], 9),
+                                                                      -_pct(left.get(key)), key))
         name = f"baseline {spike['baseline_steps']}" if base else "baseline (none)"
         header = ["", f"step {spike['step']}", name, "target"]
         rows = [header] + [[k, left.get(k, "0%" if k.split(" ")[0] in ("lang", "bucket", "source") else "-"),
@@ -257,4 +264,16 @@ def format_spike_report(report: dict[str, Any]) -> str:
             value = f"{f['value']:.3f}" if isinstance(f["value"], float) else str(f["value"])
             out.append(f"  FLAG {f['flag']}: sample {f['sample_index']} (rank {f['dp_rank']} row {f['row']}) {value}"
                        + (f" {f['doc_id']}" if f.get("doc_id") else ""))
+        if spike.get("records"):
+            from pipeline.drill import format_piece_texts
+
+            out.append(format_piece_texts(spike["records"]).rstrip("\n"))
     return "\n".join(out) + "\n"
+
+
+_ROW_ORDER = {"source": 0, "lang": 1, "bucket": 2}
+
+
+def _pct(cell: str | None) -> float:
+    """A "44%" cell as 44.0 (0 for anything else), for ordering rows."""
+    return float(cell[:-1]) if cell and cell.endswith("%") else 0.0

@@ -22,7 +22,7 @@ from pipeline.build import build
 from pipeline.cli import app
 from pipeline.config import REPO_ROOT
 from pipeline.drill import (FLAG_LONGEST_RUN, attach_text, longest_run, read_sample_rows, step_summaries)
-from pipeline.explain import UnknownDocumentError, explain_document
+from pipeline.explain import UnknownDocumentError, explain_document, why_line
 from pipeline.lineage import lineage_for_document, lineage_for_step
 from pipeline.loader import create_dataset
 from pipeline.spike import find_spikes, read_log, spike_report
@@ -112,6 +112,9 @@ def test_cli_show_text_prints_the_piece_and_full_the_document(built):
     middle = next(s for r in records for s in r["segments"] if len(s["text"].strip()) > 20)
     assert middle["text"].strip()[:200] in res.output
     assert "whole document" not in res.output
+    # each piece says why its document was kept: the same checks explain gives
+    assert middle["why"] == why_line(explain_document(vdir, middle["doc_id"])) and middle["why"] in res.output
+    assert middle["why"].startswith("kept: langid_score ")
     res = CliRunner().invoke(app, ["lineage", str(vdir), "--step", "1", "--global-batch", "4", "--show-text",
                                    "--full"])
     assert res.exit_code == 0 and f"── whole document {middle['doc_id']}" in res.output
