@@ -12,7 +12,8 @@ document pieces, and a step's summary (mix against the target, odd samples).
   pays for it.
 * :func:`attach_text`: each piece's tokens ``input_ids[sample_token_start:
   sample_token_end]`` of its sample's row, decoded with the version's
-  ``tokenizer.json`` (``tokenizers``), and with ``full`` the whole document
+  ``tokenizer.json`` (``tokenizers``), a one-line "why kept" per document
+  (:func:`pipeline.explain.why_line`), and with ``full`` the whole document
   text from ``documents/``.
 * :func:`step_summaries`: per step, token shares by source (against the
   mixture's target shares in the manifest), language and perplexity bucket,
@@ -21,7 +22,10 @@ document pieces, and a step's summary (mix against the target, odd samples).
   unscored documents).
 
 Costs: O(pieces of the steps asked for) rows of lineage, O(samples of the
-steps) shard rows; nothing scans the corpus. Imports no ``stages`` module.
+steps) shard rows, one read per table part for the why-kept lines; nothing
+scans the corpus. Not part of the training-job wall of loader/lineage: the
+why-kept lines import ``stages.heuristics.rules`` (through
+:mod:`pipeline.explain`) on use.
 """
 
 from __future__ import annotations
@@ -141,11 +145,11 @@ def attach_text(version_dir: str | Path, records, full: bool = False,
     of its sample's shard row: the tokens that were trained) and ``text``
     (those ids decoded with the version's tokenizer, special tokens shown, so
     the document's closing EOS reads ``<|endoftext|>``; None when the version
-    has no ``tokenizer.json``); ``why`` (with ``why``: the document's
-    one-line explanation, :func:`pipeline.explain.why_line`: langid score,
-    perplexity and the two heuristics rules it passed most narrowly, with
-    thresholds and margins; one read of each table part for the whole step);
-    with ``full``,
+    has no ``tokenizer.json``); with ``why``, ``why`` (the document's one-line
+    explanation, :func:`pipeline.explain.why_line`: langid score, perplexity
+    and the two heuristics rules it passed most narrowly, with thresholds and
+    margins; one read of each table part for the whole step; skipped for a
+    version whose manifest has no stage facts); with ``full``,
     ``document_text`` (the whole kept document from ``documents/``).
 
     Returns the rows read (sample index -> int32[seq_length + 1]), for
