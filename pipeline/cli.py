@@ -1,7 +1,9 @@
 """``python -m pipeline``: a thin face over functions that tests call directly.
 
 Commands: ``build``, ``inspect VERSION``, ``lineage VERSION --step N
---global-batch B`` (or ``--doc ID``), ``diff V1 V2``, ``verify VERSION``.
+--global-batch B`` (or ``--doc ID``; ``--show-text [--full]``, ``--summary``),
+``explain VERSION DOC_ID``, ``spike VERSION --log L --global-batch B``,
+``diff V1 V2``, ``verify VERSION``.
 Errors print one clear line and exit non-zero.
 
 Every command finds versions by the rule of :mod:`pipeline.location`
@@ -370,14 +372,18 @@ def lineage(
     around: Annotated[int, typer.Option(help="also list steps STEP-K .. STEP+K")] = 0,
     doc: Annotated[str | None, typer.Option(help="reverse lookup: the samples and steps holding "
                                                  "this document id")] = None,
-    show_text: Annotated[bool, typer.Option(help="print the first 200 characters of each document "
-                                                  "(its start, not the piece in the sample)")] = False,
+    show_text: Annotated[bool, typer.Option(help="print each piece's trained text: its token span of the "
+                                                  "shard row, decoded with the version's tokenizer")] = False,
+    full: Annotated[bool, typer.Option(help="with --show-text, also the whole document text")] = False,
+    summary: Annotated[bool, typer.Option(help="per step: source/language/bucket mix against the target, "
+                                               "and flags for odd samples")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
 ) -> None:
     """The documents in a training step's global batch (or steps STEP-K..STEP+K),
-    in loader order; with --doc ID, the samples and steps that hold a document."""
+    in loader order; with --doc ID, the samples and steps that hold a document.
+    --show-text and --summary read the shard rows (pipeline.drill)."""
     from pipeline.lineage import (DEFAULT_TEXT_CHARS, format_document_lineage, format_lineage,
                                   lineage_for_document, lineage_for_step)
 
@@ -385,24 +391,109 @@ def lineage(
     if (step is None) == (doc is None):
         _error("give exactly one of --step N or --doc ID")
         raise typer.Exit(2)
+    if summary and doc is not None:
+        _error("--summary needs --step (a step's mix); use explain VERSION DOC_ID for a document")
+        raise typer.Exit(2)
+    if full and not show_text:
+        _error("--full goes with --show-text")
+        raise typer.Exit(2)
+    summaries = None
     try:
         if doc is not None:
-            result = lineage_for_document(vdir, doc, global_batch, dp_size)
+            result = lineage_for_document(vdir, doc, global_batch, dp_size,
+                                          text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
         else:
-            # Text is read from excerpts/ only when asked for (--show-text).
-            result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
-                                      text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
+            result = lineage_for_step(vdir, step, global_batch, dp_size, around=around, text_chars=0)
+        if show_text or summary:
+            from pipeline.drill import attach_text, read_sample_rows, step_summaries
+
+            rows = None
+            if show_text:
+                rows = attach_text(vdir, result, full=full)
+            if summary:
+                rows = rows or read_sample_rows(vdir, [r["sample_index"] for r in result])
+                summaries = step_summaries(vdir, result, rows)
     except ValueError as exc:
         _error(visible(exc))
         raise typer.Exit(2) from None
     if as_json:
-        _print_json(result)
-    elif doc is not None:
+        _print_json(result if summaries is None else {"records": result, "summaries": summaries})
+        return
+    from pipeline.drill import format_piece_texts, format_summaries
+
+    if doc is not None:
         _print(format_document_lineage(result, show_text=show_text), end="")
+        if show_text:
+            _print(format_piece_texts(result, full=full), end="")
         if not result["pieces"]:
             raise typer.Exit(1)
     else:
-        _print(format_lineage(result, show_text=show_text), end="")
+        _print(format_lineage(result), end="")
+        if show_text:
+            _print(format_piece_texts(result, full=full), end="")
+        if summaries is not None:
+            _print(format_summaries(summaries), end="")
+
+
+@app.command()
+def explain(
+    version: str,
+    doc_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Why DOC_ID was kept or dropped: every stage's measurements with the
+    threshold that applied and the margin (pipeline.explain); exit 1 for an
+    id in no table of the version."""
+    from pipeline.explain import UnknownDocumentError, explain_document, format_explanation
+
+    vdir = _version_dir(version, corpora_root, config)
+    try:
+        result = explain_document(vdir, doc_id)
+    except UnknownDocumentError as exc:
+        _error(visible(exc.args[0]))
+        raise typer.Exit(1) from None
+    if as_json:
+        _print_json(result)
+    else:
+        _print(format_explanation(result), end="")
+
+
+@app.command()
+def spike(
+    version: str,
+    log: Annotated[Path, typer.Option(help="training log: mindformers' text log or JSONL of step, loss, grad_norm")],
+    global_batch: Annotated[int, typer.Option(help="global batch size in samples")],
+    window: Annotated[int, typer.Option(help="steps before a step that its spike test looks at")] = 50,
+    dp_size: Annotated[int, typer.Option(help="data-parallel size")] = 1,
+    metric: Annotated[str, typer.Option(help="loss or grad_norm")] = "loss",
+    k: Annotated[float, typer.Option(help="spike above median + k x 1.4826 MAD")] = 3.0,
+    baseline: Annotated[int, typer.Option(help="normal steps shown beside each spike")] = 4,
+    max_spikes: Annotated[int, typer.Option(help="spikes summarised (highest scores)")] = 5,
+    step_base: Annotated[int | None, typer.Option(help="number of the log's first step (default: 1 for "
+                                                       "mindformers' text log, 0 for JSONL)")] = None,
+    show_text: Annotated[bool, typer.Option(help="also print each spike step's pieces: trained text, source "
+                                                  "line and why each document was kept")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Find loss spikes in a training log and print what each spike step
+    trained on beside normal steps (pipeline.spike)."""
+    from pipeline.spike import format_spike_report, spike_report
+
+    vdir = _version_dir(version, corpora_root, config)
+    try:
+        result = spike_report(vdir, log, window, global_batch, dp_size, metric, k, baseline, max_spikes, step_base,
+                              show_text)
+    except (ValueError, FileNotFoundError) as exc:
+        _error(visible(exc))
+        raise typer.Exit(2) from None
+    if as_json:
+        _print_json(result)
+    else:
+        _print(format_spike_report(result), end="")
 
 
 @app.command()
