@@ -13,7 +13,15 @@ STAMP  := $(VENV)/.mindcorpus-setup
 # the published tokenizer.json loads there with the same ids (tests/stages/test_tokenize.py).
 TOK015 := .venv-tokenizers-0.15
 
-setup: $(STAMP) tools/bin/lmplz $(TOK015)/bin/python
+# mindformers 1.8.0 and its MindSpore 2.7.2 in a venv of their own (~4 min, 3.3 GB): the
+# tests that read each output format with mindformers' own dataset classes
+# (tests/pipeline/test_mindformers.py, ~1 min). Its GPTDataset needs C++ helpers that
+# mindformers compiles at run time with `make` in its package folder; here they are
+# compiled once, offline, with the flags of its blended_datasets/Makefile.
+MINDFORMERS := .venv-mindformers
+MF_STAMP    := $(MINDFORMERS)/.mindcorpus-setup
+
+setup: $(STAMP) tools/bin/lmplz $(TOK015)/bin/python $(MF_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,11 +36,21 @@ $(TOK015)/bin/python:
 	$(PYTHON) -m venv $(TOK015)
 	$(TOK015)/bin/python -m pip install -q 'tokenizers==0.15.2'
 
+# The stamp is written last, so an interrupted install is resumed by the next `make setup`.
+$(MF_STAMP):
+	test -x $(MINDFORMERS)/bin/python || $(PYTHON) -m venv $(MINDFORMERS)
+	$(MINDFORMERS)/bin/python -m pip install -q 'mindformers==1.8.0'
+	cd "$$($(MINDFORMERS)/bin/python -c 'import importlib.util as u; print(u.find_spec("mindformers").submodule_search_locations[0])')/dataset/blended_datasets" && \
+		g++ -O3 -Wall -shared -std=c++11 -fPIC $$($(abspath $(MINDFORMERS))/bin/python -m pybind11 --includes) helpers.cpp \
+		-o helpers$$($(abspath $(MINDFORMERS))/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	touch $(MF_STAMP)
+
 corpus: setup
 	$(BIN)/python -m pipeline build --version $(VERSION)
 
 test: setup
-	MINDCORPUS_TOKENIZERS_015_PYTHON=$(CURDIR)/$(TOK015)/bin/python $(BIN)/python -m pytest -q
+	MINDCORPUS_TOKENIZERS_015_PYTHON=$(CURDIR)/$(TOK015)/bin/python \
+		MINDCORPUS_MINDFORMERS_PYTHON=$(abspath $(MINDFORMERS))/bin/python $(BIN)/python -m pytest -q
 
 bench: setup
 	$(BIN)/python -m bench
