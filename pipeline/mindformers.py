@@ -387,6 +387,66 @@ def _check_megatron(version_dir: Path, manifest: dict[str, Any], max_window_chec
     return problems
 
 
+def lineage_rows(version_dir: str | Path, manifest: dict[str, Any], rows: list[int],
+                 columns: tuple[str, ...] = ("sample_index", "segment", "doc_id", "source", "file", "line",
+                                             "doc_token_start", "doc_token_end", "sample_token_start",
+                                             "sample_token_end")) -> list[dict[str, Any]]:
+    """Rows ``rows`` (global positions) of ``lineage/`` in ``(sample_index, segment)``
+    order, i.e. the Megatron ``.idx`` sequences of those numbers. Reads the parts'
+    Parquet footers for their row counts, then only the row groups holding the rows:
+    O(row group) per row, whatever the version's size.
+
+    Raises:
+        IndexError: a row past the last lineage row.
+    """
+    import pyarrow.parquet as pq
+
+    from pipeline import layout
+
+    parts = layout.lineage_parts_for(Path(version_dir), manifest, 0, int(manifest["num_samples"]))
+    files = [pq.ParquetFile(p) for p in parts]
+    # row-group start offsets across all parts
+    starts, where = [], []
+    at = 0
+    for f_index, f in enumerate(files):
+        for g in range(f.metadata.num_row_groups):
+            starts.append(at)
+            where.append((f_index, g))
+            at += f.metadata.row_group(g).num_rows
+    starts_arr = np.asarray(starts + [at])
+    out = []
+    cache: dict[int, Any] = {}
+    for row in rows:
+        if not 0 <= row < at:
+            raise IndexError(f"lineage row {row} outside [0, {at})")
+        g = int(np.searchsorted(starts_arr, row, side="right")) - 1
+        if g not in cache:
+            f_index, group = where[g]
+            names = [c for c in columns if c in files[f_index].schema_arrow.names]
+            cache[g] = files[f_index].read_row_group(group, columns=names)
+        table = cache[g]
+        out.append({c: table[c][row - int(starts_arr[g])].as_py() for c in table.column_names})
+    return out
+
+
+def gpt_sample_lineage(version_dir: str | Path, manifest: dict[str, Any], order: Any, sample: int) -> list[dict]:
+    """The documents of GPTDataset sample ``sample`` (``order``: a
+    :class:`pipeline.gpt_order.GPTOrder` of the version's ``.idx``): per piece, the
+    lineage row of its sequence with ``doc_token_start``/``doc_token_end`` narrowed to
+    the tokens the window holds, and ``window_token_start``/``window_token_end`` (range
+    in the ``seq_length + 1`` window; the last token is only a label)."""
+    pieces = order.pieces(sample)
+    rows = lineage_rows(version_dir, manifest, [s for s, _, _ in pieces])
+    out, at = [], 0
+    for (sequence, offset, length), row in zip(pieces, rows):
+        row = dict(row, sequence=sequence, window_token_start=at, window_token_end=at + length)
+        row["doc_token_start"] = int(row["doc_token_start"]) + offset
+        row["doc_token_end"] = row["doc_token_start"] + length
+        out.append(row)
+        at += length
+    return out
+
+
 def check_version(version_dir: str | Path, manifest: dict[str, Any]) -> list[str]:
     """Every way the version breaks a mindformers 1.8 rule, one line each (empty: none).
 

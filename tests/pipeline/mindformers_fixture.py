@@ -91,6 +91,18 @@ def make_version(root: Path, seq_length: int = 16, num_docs: int = 60, seed: int
         f.write(lengths.tobytes())
         f.write(np.concatenate([[0], np.cumsum(lengths.astype(np.int64) * 2)[:-1]]).astype(np.int64).tobytes())
         f.write(np.arange(len(lengths) + 1, dtype=np.int64).tobytes())
+    (root / "lineage").mkdir()
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [(i, seg, f"doc{d}", int(start), int(start + k), int(at - k), int(at))
+            for i, row in enumerate(pieces)
+            for seg, (d, start, k, at) in enumerate((d, s, k, a) for (d, s, k), a in
+                                                   zip(row, np.cumsum([k for _, _, k in row])))]
+    names = ("sample_index", "segment", "doc_id", "doc_token_start", "doc_token_end", "sample_token_start",
+             "sample_token_end")
+    pq.write_table(pa.table({n: [r[j] for r in rows] for j, n in enumerate(names)}),
+                   root / "lineage" / "part-00000.parquet", row_group_size=50)
     manifest = {
         "version": root.name, "seed": seed, "seq_length": seq_length, "num_samples": int(n),
         "columns": {"input_ids": [width], "actual_seq_len": [most]},

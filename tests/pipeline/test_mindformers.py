@@ -85,6 +85,18 @@ def test_yaml_for_each_format(version):
         mf.train_dataset_config(root, m, "megatron", 5, 2)
 
 
+def test_lineage_rows_are_the_idx_sequences(version):
+    root, made = version
+    pieces = [p for row in made["pieces"] for p in row]
+    rows = mf.lineage_rows(root, made["manifest"], [0, 49, 50, 132])
+    assert [(r["doc_id"], r["doc_token_start"], r["doc_token_end"]) for r in rows] == [
+        (f"doc{pieces[k][0]}", pieces[k][1], pieces[k][1] + pieces[k][2]) for k in (0, 49, 50, 132)]
+    assert [r["sample_token_end"] - r["sample_token_start"] for r in rows] == [
+        int(made["sequence_lengths"][k]) for k in (0, 49, 50, 132)]
+    with pytest.raises(IndexError, match="outside"):
+        mf.lineage_rows(root, made["manifest"], [133])
+
+
 def test_check_passes_on_a_good_version(version):
     root, made = version
     assert mf.check_version(root, made["manifest"]) == []
@@ -234,13 +246,15 @@ def test_gpt_dataset_windows_equal_gpt_order(version, probe):
     np.testing.assert_array_equal(probe["gpt_input_ids"], windows[:, :-1])
     np.testing.assert_array_equal(probe["gpt_labels"], windows[:, 1:])
     np.testing.assert_array_equal(probe["loader_first_input_ids"], windows[0, :-1])
-    # sequence k = piece k of the fixture: each window is the documents' own tokens
-    pieces = [p for row in made["pieces"] for p in row]
+    # sequence k = lineage row k: each GPTDataset window is its documents' own tokens
+    root = version[0]
     docs = made["documents"]
     for i in range(len(order)):
-        text = np.concatenate([docs[pieces[s][0]][pieces[s][1] + o:pieces[s][1] + o + n]
-                               for s, o, n in order.pieces(i)])
-        np.testing.assert_array_equal(text, windows[i])
+        spans = mf.gpt_sample_lineage(root, made["manifest"], order, i)
+        assert [(r["window_token_start"], r["window_token_end"]) for r in spans][-1][1] == SEQ_LENGTH + 1
+        text = np.concatenate([docs[int(r["doc_id"][3:])][r["doc_token_start"]:r["doc_token_end"]] for r in spans])
+        np.testing.assert_array_equal(text, probe["gpt_text"][i])
+    pieces = [p for row in made["pieces"] for p in row]
     # actual_seq_len: ends of documents whose last piece ends inside the model input
     for i in range(len(order)):
         ends, at = [], 0
