@@ -128,18 +128,22 @@ def read_idx(idx_path: str | Path) -> dict[str, Any]:
 
 
 def layout_comment(global_batch: int, dp_size: int, megatron: bool) -> list[str]:
-    """The data-parallel layout under which ``python -m pipeline lineage`` holds."""
+    """The data-parallel layout under which the lineage holds (mindformers'
+    ``base_trainer`` global batch rule, full_batch False: global_batch_size =
+    per-rank batch x data_parallel, the per-rank batch being runner_config.batch_size x
+    micro_batch_num (pipeline) or x gradient_accumulation_steps, x
+    micro_batch_interleave_num)."""
     per_rank = global_batch // dp_size
     what = "GPTDataset sample" if megatron else "row"
     return [
-        f"Lineage holds for: global batch {global_batch} = batch_size x micro_batch_num x",
-        f"gradient_accumulation_steps x data_parallel, data_parallel {dp_size}, {per_rank} {what}s per",
-        "rank per step; shuffle False; parallel.dataset_strategy [[dp, 1], ...] (full_batch False):",
-        f"rank r reads {what}s s*{global_batch} + r + k*{dp_size} of step s (MindSpore's",
-        "DistributedSampler(shuffle=False), as pipeline.order). With full_batch True a step holds",
-        "the same samples, split into contiguous blocks per rank.",
+        f"Lineage holds for global batch {global_batch} over data_parallel {dp_size}: {per_rank} {what}s",
+        "per rank per step = runner_config.batch_size x micro_batch_num (pipeline) or x",
+        "gradient_accumulation_steps (divide batch_size by whichever you set); shuffle False;",
+        "full_batch False with dataset_strategy [[dp, 1], ...]: rank r reads",
+        f"{what}s s*{global_batch} + r + k*{dp_size} of step s (MindSpore's DistributedSampler(shuffle=False),",
+        "as pipeline.order). With full_batch True a step holds the same samples, in blocks per rank.",
         ("GPTDataset sample i -> .idx sequences (= lineage rows, in order) -> documents:"
-         " pipeline.gpt_order.build_order(lengths, seed, seq_length, sizes[0]).pieces(i)" if megatron else
+         " pipeline.mindformers.gpt_sample_lineage(version, manifest, order, i)" if megatron else
          f"`python -m pipeline lineage VERSION --step N --global-batch {global_batch} --dp-size {dp_size}`"),
     ]
 
@@ -169,8 +173,9 @@ def train_dataset_config(version_dir: str | Path, manifest: dict[str, Any], fmt:
             the version, which is published read-only).
 
     Returns:
-        ``{"train_dataset": ..., "train_dataset_task": ..., "model": {"model_config":
-        ...}, "parallel": {"dataset_strategy": ...}}``; the value of ``dataset_strategy``
+        ``{"train_dataset": ..., "train_dataset_task": ..., "runner_config": {"batch_size"},
+        "parallel_config": {"data_parallel"}, "model": {"model_config": ...}, "parallel":
+        {"dataset_strategy": ..., "full_batch": False}}``; the value of ``dataset_strategy``
         has one ``[dp, 1]`` per input column.
 
     Raises:
@@ -216,6 +221,8 @@ def train_dataset_config(version_dir: str | Path, manifest: dict[str, Any], fmt:
                         "use_eod_attn_mask_compression": True}
     return {"train_dataset": train,
             "train_dataset_task": {"type": "CausalLanguageModelDataset", "dataset_config": "*train_dataset"},
+            "runner_config": {"batch_size": per_rank},
+            "parallel_config": {"data_parallel": dp_size},
             "model": {"model_config": model_config},
             "parallel": {"dataset_strategy": [[dp_size, 1] for _ in columns], "full_batch": False}}
 

@@ -68,6 +68,8 @@ def test_yaml_for_each_format(version):
         assert train["input_columns"] == columns == train["construct_args_key"]
         assert cfg["parallel"]["dataset_strategy"] == [[DP_SIZE, 1]] * len(columns)
         assert train["batch_size"] == GLOBAL_BATCH // DP_SIZE and train["seed"] == 1234
+        assert cfg["runner_config"]["batch_size"] == GLOBAL_BATCH // DP_SIZE
+        assert cfg["parallel_config"]["data_parallel"] == DP_SIZE
         assert cfg["model"]["model_config"]["input_sliced_sig"] is (fmt != "mindrecord")
         if loader == "MindDataset":
             assert train["data_loader"] == {"type": "MindDataset", "shuffle": False,
