@@ -92,9 +92,15 @@ def _special_ids(manifest: dict[str, Any]) -> dict[str, int]:
 
 
 def _eod_pad_length(manifest: dict[str, Any]) -> int:
-    spec = (manifest.get("formats") or {}).get("mindrecord_shifted") or {}
-    width = spec.get("eod_pad_length") or ((spec.get("columns") or {}).get("actual_seq_len") or [None])[0]
-    return int(width or DEFAULT_EOD_PAD_LENGTH)
+    """The version's ``eod_pad_length`` (config ``output.eod_pad_length``): a format's
+    own ``eod_pad_length``, else the width of the pre-shifted ``actual_seq_len``, else a
+    top-level ``eod_pad_length``, else mindformers' default 128."""
+    formats = manifest.get("formats") or {}
+    for spec in (formats.get("mindrecord_shifted") or {}, formats.get("megatron") or {}):
+        if spec.get("eod_pad_length"):
+            return int(spec["eod_pad_length"])
+    width = (((formats.get("mindrecord_shifted") or {}).get("columns") or {}).get("actual_seq_len") or [None])[0]
+    return int(width or manifest.get("eod_pad_length") or DEFAULT_EOD_PAD_LENGTH)
 
 
 def read_idx(idx_path: str | Path) -> dict[str, Any]:

@@ -212,8 +212,9 @@ def probe(version, tmp_path_factory):
                           str(work / "out")], cwd=work, capture_output=True, text=True, env=env, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     out = work / "out"
-    return {p.stem: (json.loads(p.read_text()) if p.suffix == ".json" else np.load(p))
-            for p in out.iterdir()}
+    found = {p.stem: (json.loads(p.read_text()) if p.suffix == ".json" else np.load(p)) for p in out.iterdir()}
+    found["cache"] = work / cfg["train_dataset"]["megatron"]["data_loader"]["config"]["path_to_cache"]
+    return found
 
 
 def test_indexed_dataset_reads_the_mindrecord_windows_in_order(version, probe):
@@ -267,6 +268,21 @@ def test_gpt_dataset_windows_equal_gpt_order(version, probe):
                 ends.append(at)
         want = (ends + [SEQ_LENGTH] * EOD_PAD_LENGTH)[:EOD_PAD_LENGTH]
         assert probe["gpt_actual_seq_len"][i].tolist() == want, i
+
+
+def test_load_cached_order_reads_gpt_datasets_own_cache(version, probe):
+    root, made = version
+    data_path = str(root.resolve() / "megatron" / "corpus_text_document")
+    lengths = made["sequence_lengths"]
+    cached = gpt_order.load_cached_order(probe["cache"], data_path, lengths, 1234, SEQ_LENGTH, 80)
+    built = gpt_order.build_order(lengths, 1234, SEQ_LENGTH, 80)
+    assert cached is not None and cached.num_epochs == 1
+    for name in ("document_index", "sample_index", "shuffle_index"):
+        np.testing.assert_array_equal(getattr(cached, name), getattr(built, name))
+    assert cached.pieces(5) == built.pieces(5)
+    # another seed or size is another cache entry: none here
+    assert gpt_order.load_cached_order(probe["cache"], data_path, lengths, 1, SEQ_LENGTH, 80) is None
+    assert gpt_order.load_cached_order(probe["cache"], data_path, lengths, 1234, SEQ_LENGTH, 40) is None
 
 
 def test_causal_language_model_dataset_reads_both_mindrecord_formats(version, probe):
