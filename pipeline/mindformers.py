@@ -37,8 +37,10 @@ What the version holds (``manifest.json`` ``formats``, written by the build):
 
 Imports numpy and yaml; MindSpore (for a shard's schema) inside :func:`check_version`.
 Nothing from ``stages/``. Cost: the YAML reads the manifest and the ``.idx`` header and
-lengths (4 B per sequence); the check also reads each shard's header and the last token
-of every Megatron sequence (one memory-mapped read per sequence), O(num_sequences).
+lengths (4 B per sequence); the check also reads each shard's header and rebuilds
+GPTDataset's index (O(num_sequences), :mod:`pipeline.gpt_order`) to count document ends per
+window, reading the last token of every sequence only when the bound from the ``.idx``
+(sequence ends per window) reaches ``eod_pad_length``.
 """
 
 from __future__ import annotations
@@ -323,29 +325,33 @@ def _check_mindrecord(version_dir: Path, manifest: dict[str, Any], fmt: str) -> 
     return problems
 
 
-def megatron_window_ends(idx: dict[str, Any], stream: np.ndarray, eod: int, seed: int, seq_length: int,
+def megatron_window_ends(idx: dict[str, Any], stream: np.ndarray | None, eod: int, seed: int, seq_length: int,
                          num_samples: int | None) -> np.ndarray:
     """Document ends inside each GPTDataset window's model input (``tokens =
     text[:-1]``; a window ending on EOD does not count it, as ``_get_eod_attention_mask``):
-    int64[len(GPTDataset)], in ``sample_index`` order. Vectorised over the index
-    (:mod:`pipeline.gpt_order`), O(num_epochs * num_sequences)."""
+    int64[len(GPTDataset)], in ``sample_index`` order. With ``stream`` None, sequence
+    ends instead of EOD tokens: an upper bound read from the ``.idx`` alone. Vectorised
+    over the index (:mod:`pipeline.gpt_order`), O(num_epochs * num_sequences); with
+    ``stream`` it reads the last token of every sequence (in file order, which touches
+    most pages of the ``.bin``)."""
     from pipeline.gpt_order import build_order
 
     lengths = np.asarray(idx["sequence_lengths"])
     order = build_order(lengths, seed, seq_length, num_samples)
-    itemsize = np.dtype(idx["dtype"]).itemsize
-    last = np.asarray(idx["sequence_pointers"]) // itemsize + lengths - 1
-    ends_eod = np.zeros(len(lengths), dtype=bool)
-    nonempty = lengths > 0
-    ends_eod[nonempty] = np.asarray(stream[last[nonempty]]) == eod
-    read_lengths = lengths[order.document_index].astype(np.int64)
-    positions = np.cumsum(read_lengths) - 1  # stream position of each read sequence's last token
+    if stream is None:
+        ends_eod = lengths > 0
+    else:
+        itemsize = np.dtype(idx["dtype"]).itemsize
+        last = np.asarray(idx["sequence_pointers"]) // itemsize + lengths - 1
+        ends_eod = np.zeros(len(lengths), dtype=bool)
+        nonempty = lengths > 0
+        ends_eod[nonempty] = np.asarray(stream[last[nonempty]]) == eod
+    # stream position of each read sequence's last token
+    positions = np.cumsum(lengths[order.document_index], dtype=np.int64) - 1
     positions = positions[ends_eod[order.document_index]]
     window = positions // seq_length
     inside = positions % seq_length != seq_length - 1  # not the window's own last input token
-    # a token at position j*S + S (the extra token) belongs to window j+1's input only
-    counts = np.bincount(window[inside], minlength=len(order) + 1)[:len(order)]
-    return counts
+    return np.bincount(window[inside], minlength=len(order) + 1)[:len(order)]
 
 
 def _check_megatron(version_dir: Path, manifest: dict[str, Any], max_window_check: bool = True) -> list[str]:
@@ -390,10 +396,12 @@ def _check_megatron(version_dir: Path, manifest: dict[str, Any], max_window_chec
         problems.append(f"megatron: {total} tokens, want num_samples x (seq_length + 1) = "
                         f"{int(manifest['num_samples']) * (S + 1)}")
     if max_window_check and not problems:
-        stream = np.memmap(f"{prefix}.bin", mode="r", dtype=idx["dtype"])
-        ids = _special_ids(manifest)
-        counts = megatron_window_ends(idx, stream, ids["eos"], int(manifest.get("seed", DEFAULT_GPT_SEED)), S, None)
-        pad = _eod_pad_length(manifest)
+        pad, seed = _eod_pad_length(manifest), int(manifest.get("seed", DEFAULT_GPT_SEED))
+        eos = _special_ids(manifest)["eos"]
+        counts = megatron_window_ends(idx, None, eos, seed, S, None)  # bound from the .idx alone
+        if counts.size and counts.max() >= pad:
+            stream = np.memmap(f"{prefix}.bin", mode="r", dtype=idx["dtype"])
+            counts = megatron_window_ends(idx, stream, eos, seed, S, None)
         if counts.size and counts.max() >= pad:
             problems.append(f"megatron: a GPTDataset window holds {int(counts.max())} document ends; "
                             f"eod_pad_length {pad} keeps {pad - 1} and drops the rest silently")

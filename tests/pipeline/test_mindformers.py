@@ -136,6 +136,8 @@ def test_check_finds_windows_with_too_many_document_ends(version, tmp_path):
         tokens = order.tokens(sample, stream, starts)[:-1]
         want.append(int((tokens[:-1] == EOS).sum()))
     assert counts.tolist() == want and max(want) == 3
+    bound = mf.megatron_window_ends(idx, None, EOS, 1234, SEQ_LENGTH, None)
+    assert (bound >= counts).all() and bound.max() == 4  # sequence ends, EOD or not
     m["formats"]["mindrecord_shifted"]["eod_pad_length"] = 3
     assert ("megatron: a GPTDataset window holds 3 document ends; eod_pad_length 3 keeps 2 and drops the "
             "rest silently") in mf.check_version(root, m)
