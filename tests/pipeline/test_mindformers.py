@@ -206,7 +206,8 @@ def probe(version, tmp_path_factory):
     root, made = version
     work = tmp_path_factory.mktemp("probe")
     cfg = {"version_dir": str(root), "helpers_dir": _helpers_dir(python, work / "helpers"), "batches": 3,
-           "train_dataset": {f: mf.train_dataset_config(root, made["manifest"], f, GLOBAL_BATCH, DP_SIZE)[
+           # the blocks exactly as `python -m pipeline mindformers` prints them
+           "train_dataset": {f: yaml.safe_load(mf.format_yaml(root, made["manifest"], f, GLOBAL_BATCH, DP_SIZE))[
                "train_dataset"] for f in mf.FORMATS}}
     (work / "probe.json").write_text(json.dumps(cfg))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
