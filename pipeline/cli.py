@@ -434,17 +434,32 @@ def mindformers(
     num_samples: Annotated[int | None, typer.Option(help="megatron: sizes[0], the GPTDataset samples "
                                                          "to request (default one epoch)")] = None,
     check: Annotated[bool, typer.Option(help="check the version against mindformers' rules")] = True,
+    step: Annotated[int | None, typer.Option(help="megatron: the documents of this training step under "
+                                                  "GPTDataset's order, instead of the YAML")] = None,
+    path_to_cache: Annotated[Path | None, typer.Option(help="megatron --step: the run's path_to_cache "
+                                                            "(GPTDataset's index is read there)")] = None,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
 ) -> None:
     """The mindformers 1.8 train_dataset YAML for each format of VERSION, then a check
-    against mindformers' own rules; exit 1 with one line per problem."""
+    against mindformers' own rules; exit 1 with one line per problem. With --step N,
+    the documents GPTDataset put in step N of a run on the megatron format."""
     from pipeline.manifest import load_manifest
-    from pipeline.mindformers import check_version, format_yaml, version_formats
+    from pipeline.mindformers import check_version, format_yaml, gpt_lineage_for_step, version_formats
 
     vdir = _version_dir(version, corpora_root, config)
     try:
         manifest = load_manifest(vdir, check_samples=True)
+        if step is not None:
+            for entry in gpt_lineage_for_step(vdir, manifest, step, global_batch, dp_size, num_samples,
+                                              path_to_cache):
+                _print(f"rank {entry['dp_rank']} GPTDataset sample {entry['sample']}")
+                for p in entry["pieces"]:
+                    where = (f" {visible(str(p['source']))} {visible(str(p['file']))}:{p['line']}"
+                             if p.get("file") is not None else "")
+                    _print(f"  window [{p['window_token_start']}, {p['window_token_end']}) "
+                           f"{visible(str(p['doc_id']))} tokens [{p['doc_token_start']}, {p['doc_token_end']}){where}")
+            return
         formats = version_formats(manifest)
         if fmt is not None and fmt not in formats:
             raise ValueError(f"{vdir.name} has no {fmt} format (it has {', '.join(formats)})")

@@ -468,6 +468,51 @@ def gpt_sample_lineage(version_dir: str | Path, manifest: dict[str, Any], order:
     return out
 
 
+def gpt_lineage_for_step(version_dir: str | Path, manifest: dict[str, Any], step: int, global_batch: int,
+                         dp_size: int = 1, num_samples: int | None = None,
+                         path_to_cache: str | Path | None = None) -> list[dict[str, Any]]:
+    """What step ``step`` of a mindformers run on the ``megatron`` format trained: per
+    rank (``pipeline.order.rank_samples`` layout), each GPTDataset sample with its
+    pieces (:func:`gpt_sample_lineage`).
+
+    Args:
+        num_samples: the run's ``sizes[0]`` (default as printed: one epoch in whole
+            global batches).
+        path_to_cache: the run's ``path_to_cache``; GPTDataset's cached index is read
+            from there when it matches, else the index is rebuilt
+            (:mod:`pipeline.gpt_order`, O(num_sequences)).
+
+    Returns:
+        ``[{"dp_rank", "sample", "pieces": [...]}, ...]`` in rank order, then batch order.
+
+    Raises:
+        ValueError: no megatron format; ``step`` past ``sizes[0] // global_batch``.
+    """
+    from pipeline.gpt_order import build_order, load_cached_order
+    from pipeline.order import rank_samples
+
+    if "megatron" not in version_formats(manifest):
+        raise ValueError("version has no megatron format")
+    check_dp(global_batch, 0, dp_size)
+    vdir = Path(version_dir)
+    idx = read_idx(vdir / f"{MEGATRON_PREFIX}.idx")
+    seq_length = int(manifest["seq_length"])
+    seed = int(manifest.get("seed", DEFAULT_GPT_SEED))
+    sizes0 = num_samples if num_samples is not None else megatron_num_samples(idx, seq_length, global_batch)
+    steps = sizes0 // global_batch
+    if not 0 <= step < steps:
+        raise ValueError(f"step {step} outside [0, {steps}) (sizes[0] {sizes0} // global batch {global_batch})")
+    lengths = np.asarray(idx["sequence_lengths"])
+    order = None
+    if path_to_cache is not None:
+        order = load_cached_order(path_to_cache, str(vdir.resolve() / MEGATRON_PREFIX), lengths, seed,
+                                  seq_length, sizes0)
+    if order is None:
+        order = build_order(lengths, seed, seq_length, sizes0)
+    return [{"dp_rank": rank, "sample": sample, "pieces": gpt_sample_lineage(vdir, manifest, order, sample)}
+            for rank in range(dp_size) for sample in rank_samples(step, global_batch, rank, dp_size)]
+
+
 def check_version(version_dir: str | Path, manifest: dict[str, Any]) -> list[str]:
     """Every way the version breaks a mindformers 1.8 rule, one line each (empty: none).
 

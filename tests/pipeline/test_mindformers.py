@@ -162,6 +162,14 @@ def test_cli_prints_yaml_and_checks(version, tmp_path):
     assert res.exit_code == 0, res.output
     assert "type: BlendedMegatronDatasetDataLoader" in res.output and "MindDataset" not in res.output
     assert res.output.rstrip().endswith("ok: mindrecord, mindrecord_shifted, megatron follow mindformers 1.8's rules")
+    res = CliRunner().invoke(app, ["mindformers", str(root), "--global-batch", "4", "--dp-size", "2",
+                                   "--step", "3"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert [x for x in lines if x.startswith("rank")] == [
+        "rank 0 GPTDataset sample 12", "rank 0 GPTDataset sample 14",
+        "rank 1 GPTDataset sample 13", "rank 1 GPTDataset sample 15"]
+    assert lines[1].startswith("  window [0, ") and " doc" in lines[1]
     bad, m = _copy(version, tmp_path)
     (bad / "megatron/corpus_text_document.bin").write_bytes(b"")
     res = CliRunner().invoke(app, ["mindformers", str(bad), "--global-batch", "4"])
@@ -271,6 +279,21 @@ def test_gpt_dataset_windows_equal_gpt_order(version, probe):
                 ends.append(at)
         want = (ends + [SEQ_LENGTH] * EOD_PAD_LENGTH)[:EOD_PAD_LENGTH]
         assert probe["gpt_actual_seq_len"][i].tolist() == want, i
+
+
+def test_gpt_lineage_for_step_names_the_trained_windows(version, probe):
+    root, made = version
+    docs = made["documents"]
+    # sizes [80, 0, 0], global batch 4 over 2 ranks: step 3 is GPTDataset samples 12..15,
+    # rank 0 reads 12 and 14, rank 1 reads 13 and 15
+    found = mf.gpt_lineage_for_step(root, made["manifest"], 3, GLOBAL_BATCH, DP_SIZE, path_to_cache=probe["cache"])
+    assert [(r["dp_rank"], r["sample"]) for r in found] == [(0, 12), (0, 14), (1, 13), (1, 15)]
+    for r in found:
+        text = np.concatenate([docs[int(p["doc_id"][3:])][p["doc_token_start"]:p["doc_token_end"]]
+                               for p in r["pieces"]])
+        np.testing.assert_array_equal(text, probe["gpt_text"][r["sample"]])
+    with pytest.raises(ValueError, match=r"step 20 outside \[0, 20\)"):
+        mf.gpt_lineage_for_step(root, made["manifest"], 20, GLOBAL_BATCH, DP_SIZE)
 
 
 def test_load_cached_order_reads_gpt_datasets_own_cache(version, probe):
