@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 VERSION ?= v1
 STAMP  := $(VENV)/.mindcorpus-setup
 
-.PHONY: setup corpus test bench bench-scale bench-scale-large clean-work tokenizer-report
+.PHONY: setup setup-build corpus test bench bench-scale bench-scale-large clean-work tokenizer-report
 
 # tokenizers 0.15, the release mindformers 1.8 pins, in a venv of its own: the test that
 # the published tokenizer.json loads there with the same ids (tests/stages/test_tokenize.py).
@@ -20,7 +20,18 @@ REFTOK := .reference-tokenizers
 DASHSCOPE_VERSION := 2.0.2
 MISTRAL_COMMON_VERSION := 1.13.1
 
-setup: $(STAMP) tools/bin/lmplz $(TOK015)/bin/python $(REFTOK)/qwen.tiktoken $(REFTOK)/tekken_240911.json
+# mindformers 1.8.0 and its MindSpore 2.7.2 in a venv of their own (~4 min, 3.3 GB): the
+# tests that read each output format with mindformers' own dataset classes
+# (tests/pipeline/test_mindformers.py, ~1 min). Its GPTDataset needs C++ helpers that
+# mindformers compiles at run time with `make` in its package folder; here they are
+# compiled once, offline, with the flags of its blended_datasets/Makefile.
+MINDFORMERS := .venv-mindformers
+MF_STAMP    := $(MINDFORMERS)/.mindcorpus-setup
+
+# `corpus` needs only the build tools; `test` (and bench) need everything.
+setup-build: $(STAMP) tools/bin/lmplz
+
+setup: setup-build $(TOK015)/bin/python $(REFTOK)/qwen.tiktoken $(REFTOK)/tekken_240911.json $(MF_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,11 +56,21 @@ $(REFTOK)/tekken_240911.json: | $(STAMP)
 	$(BIN)/python -m pip download -q --no-deps 'mistral-common==$(MISTRAL_COMMON_VERSION)' -d $(REFTOK)/wheels
 	unzip -o -j -q $(REFTOK)/wheels/mistral_common-$(MISTRAL_COMMON_VERSION)-*.whl 'mistral_common/data/tekken_240911.json' -d $(REFTOK)
 
-corpus: setup
+# The stamp is written last, so an interrupted install is resumed by the next `make setup`.
+$(MF_STAMP):
+	test -x $(MINDFORMERS)/bin/python || $(PYTHON) -m venv $(MINDFORMERS)
+	$(MINDFORMERS)/bin/python -m pip install -q 'mindformers==1.8.0'
+	cd "$$($(MINDFORMERS)/bin/python -c 'import importlib.util as u; print(u.find_spec("mindformers").submodule_search_locations[0])')/dataset/blended_datasets" && \
+		g++ -O3 -Wall -shared -std=c++11 -fPIC $$($(abspath $(MINDFORMERS))/bin/python -m pybind11 --includes) helpers.cpp \
+		-o helpers$$($(abspath $(MINDFORMERS))/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	touch $(MF_STAMP)
+
+corpus: setup-build
 	$(BIN)/python -m pipeline build --version $(VERSION)
 
 test: setup
-	MINDCORPUS_TOKENIZERS_015_PYTHON=$(CURDIR)/$(TOK015)/bin/python $(BIN)/python -m pytest -q
+	MINDCORPUS_TOKENIZERS_015_PYTHON=$(CURDIR)/$(TOK015)/bin/python \
+		MINDCORPUS_MINDFORMERS_PYTHON=$(abspath $(MINDFORMERS))/bin/python $(BIN)/python -m pytest -q
 
 bench: setup
 	$(BIN)/python -m bench

@@ -1,6 +1,6 @@
 """``python -m pipeline``: a thin face over functions that tests call directly.
 
-Commands: ``build``, ``inspect VERSION``, ``lineage VERSION --step N
+Commands: ``build``, ``inspect VERSION``, ``mindformers VERSION``, ``lineage VERSION --step N
 --global-batch B`` (or ``--doc ID``; ``--show-text [--full]``, ``--summary``),
 ``explain VERSION DOC_ID``, ``spike VERSION --log L --global-batch B``,
 ``diff V1 V2``, ``verify VERSION``.
@@ -566,6 +566,59 @@ def verify(
         raise typer.Exit(1)
     print(f"ok: manifest.json matches manifest.sha256; {result['checked_shards']} shards and "
           f"{result['checked_files']} files match the manifest")
+
+
+@app.command()
+def mindformers(
+    version: str,
+    fmt: Annotated[str | None, typer.Option("--format", help="only this format (mindrecord, "
+                                                            "mindrecord_shifted, megatron)")] = None,
+    global_batch: Annotated[int, typer.Option(help="global batch size in samples")] = 8,
+    dp_size: Annotated[int, typer.Option(help="data-parallel size")] = 1,
+    num_samples: Annotated[int | None, typer.Option(help="megatron: sizes[0], the GPTDataset samples "
+                                                         "to request (default one epoch)")] = None,
+    check: Annotated[bool, typer.Option(help="check the version against mindformers' rules")] = True,
+    step: Annotated[int | None, typer.Option(help="megatron: the documents of this training step under "
+                                                  "GPTDataset's order, instead of the YAML")] = None,
+    path_to_cache: Annotated[Path | None, typer.Option(help="megatron --step: the run's path_to_cache "
+                                                            "(GPTDataset's index is read there)")] = None,
+    corpora_root: CorporaRootOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """The mindformers 1.8 train_dataset YAML for each format of VERSION, then a check
+    against mindformers' own rules; exit 1 with one line per problem. With --step N,
+    the documents GPTDataset put in step N of a run on the megatron format."""
+    from pipeline.manifest import load_manifest
+    from pipeline.mindformers import check_version, format_yaml, gpt_lineage_for_step, version_formats
+
+    vdir = _version_dir(version, corpora_root, config)
+    try:
+        manifest = load_manifest(vdir, check_samples=True)
+        if step is not None:
+            for entry in gpt_lineage_for_step(vdir, manifest, step, global_batch, dp_size, num_samples,
+                                              path_to_cache):
+                _print(f"rank {entry['dp_rank']} GPTDataset sample {entry['sample']}")
+                for p in entry["pieces"]:
+                    where = (f" {visible(str(p['source']))} {visible(str(p['file']))}:{p['line']}"
+                             if p.get("file") is not None else "")
+                    _print(f"  window [{p['window_token_start']}, {p['window_token_end']}) "
+                           f"{visible(str(p['doc_id']))} tokens [{p['doc_token_start']}, {p['doc_token_end']}){where}")
+            return
+        formats = version_formats(manifest)
+        if fmt is not None and fmt not in formats:
+            raise ValueError(f"{vdir.name} has no {fmt} format (it has {', '.join(formats)})")
+        for name in [fmt] if fmt else formats:
+            _print(format_yaml(vdir, manifest, name, global_batch, dp_size, num_samples))
+    except ValueError as exc:
+        _error(visible(exc))
+        raise typer.Exit(2) from None
+    if check:
+        problems = check_version(vdir, manifest)
+        for line in problems:
+            _print(f"BAD {line}")
+        if problems:
+            raise typer.Exit(1)
+        print(f"ok: {', '.join(formats)} follow mindformers 1.8's rules")
 
 
 @app.command("tokenizer-report")
