@@ -324,3 +324,22 @@ def test_language_codes_are_read_as_document_labels_and_unknown_ones_refused():
         parse_config(_cfg(langid={"allowed_languages": []}))
     with pytest.raises(ConfigError, match="'nb' and 'no' both mean language 'no'"):
         parse_config(_cfg(heuristics={"thresholds": {"nb": {"min_words": 3}, False: {"min_words": 4}}}))
+
+
+def test_output_formats_are_checked_before_any_work():
+    assert parse_config(_cfg()).output.formats == ["mindrecord"]
+    assert parse_config(_cfg(output={"formats": ["megatron", "mindrecord_shifted"]})).output.formats == \
+        ["megatron", "mindrecord_shifted"]
+    assert _errors(output={"formats": ["mindrecord", "tfrecord"]}) == [
+        "c.yaml: output.formats: unknown format 'tfrecord': one of mindrecord, mindrecord_shifted, megatron "
+        "(got ['mindrecord', 'tfrecord'])"]
+    assert _errors(output={"formats": []}) == [
+        "c.yaml: output.formats: no output format: list one or more of mindrecord, mindrecord_shifted, megatron "
+        "(got [])"]
+    assert _errors(output={"formats": ["megatron", "megatron"]}) == [
+        "c.yaml: output.formats: 'megatron' is listed twice (got ['megatron', 'megatron'])"]
+    assert _errors(output={"formats": ["megatron"], "packing": "best_fit"}) == [
+        "c.yaml: output.formats: megatron cannot be written with packing: best_fit (its reader re-packs the "
+        "sequences itself, so best-fit padding would be trained as text); use concat_split"]
+    assert _errors(output={"eod_pad_length": 0}) == [
+        "c.yaml: output.eod_pad_length: 0: actual_seq_len needs at least one entry (seq_length itself) (got 0)"]
