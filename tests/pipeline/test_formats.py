@@ -295,3 +295,29 @@ def test_int32_tokens_when_the_vocabulary_does_not_fit_uint16(tmp_path):
     head = (vdir / layout.megatron_idx()).read_bytes()[:34]
     assert head[:9] == b"MMIDIDX\x00\x00" and head[9:17] == (1).to_bytes(8, "little") and head[17] == 4
     assert json.dumps(out["formats"])  # JSON-serialisable for the manifest
+
+
+def test_the_loader_refuses_a_version_without_mindrecord_in_one_line(tmp_path):
+    from pipeline.loader import create_dataset
+
+    vdir, out = _build(tmp_path, "nomr", _docs(30, seed=6), formats=["megatron"])
+    (vdir / layout.MANIFEST).write_text(json.dumps({"version": "nomr", **out}))
+    with pytest.raises(ValueError, match=r"built without the mindrecord format \(output.formats: \['megatron'\]\)"):
+        create_dataset(vdir, global_batch=2)
+
+
+def test_check_complete_names_a_missing_or_cut_format_file(three, tmp_path):
+    from pipeline.build import _format_file_problems
+
+    _, vdir, out = three
+    assert _format_file_problems(vdir, out) == []
+    copy = tmp_path / "cut"
+    shutil.copytree(vdir, copy)
+    (copy / layout.megatron_idx()).unlink()
+    (copy / f"{layout.shifted_shard_name(1)}.db").unlink()
+    with open(copy / layout.megatron_bin(), "r+b") as fh:
+        fh.truncate(100)
+    assert _format_file_problems(copy, out) == [
+        f"{layout.shifted_shard_name(1)}.db is missing",
+        f"{layout.megatron_bin()} has 100 bytes, the manifest says {out['formats']['megatron']['bin']['bytes']}",
+        f"{layout.megatron_idx()} is missing"]
