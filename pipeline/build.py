@@ -88,7 +88,8 @@ TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" /
 INGEST_CODE = ("pipeline.readers", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
 # Every stage also runs its own module (``stages.stage_module``).
 STAGE_CODE = ("pipeline.executor:process_partition",)
-ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.layout", "pipeline.build:assemble_phase")
+ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.formats", "pipeline.megatron", "pipeline.layout",
+                 "pipeline.build:assemble_phase")
 
 
 def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:

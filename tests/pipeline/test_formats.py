@@ -281,6 +281,17 @@ def test_without_mindrecord_the_manifest_keeps_the_row_cut(tmp_path):
     assert len(list((vdir / layout.LINEAGE).glob("part-*.parquet"))) == len(out["shards"])
     _publish(vdir, out)
     assert verify_version(vdir)["ok"]
+    # lineage still finds a step's samples (the row cut) and they name the Megatron tokens
+    from pipeline.lineage import lineage_for_step
+
+    doc_tokens = dict(zip(docs["id"].to_pylist(), docs["tokenize_input_ids"].to_pylist()))
+    records = lineage_for_step(vdir, 3, 4)
+    assert [r["sample_index"] for r in records] == [12, 13, 14, 15]
+    for rec in records:
+        sample = read_tokens(vdir / layout.megatron_prefix(), rec["sample_index"] * WINDOW, WINDOW)
+        for seg in rec["segments"]:
+            np.testing.assert_array_equal(sample[seg["sample_token_start"]:seg["sample_token_end"]],
+                                          doc_tokens[seg["doc_id"]][seg["doc_token_start"]:seg["doc_token_end"]])
 
 
 def test_int32_tokens_when_the_vocabulary_does_not_fit_uint16(tmp_path):
