@@ -83,6 +83,8 @@ EXCERPT_CHARS = 200
 # (a bucket holds far fewer than 2**40 samples).
 _BEST_FIT_SHIFT = 40
 TABLE_OPTS = {"compression": "zstd"}
+# Spill folder of the shard tasks' Megatron sequence lengths (one .npy per shard).
+_LENGTHS_SPILL = "megatron_lengths"
 SEGMENT_FIELDS = ("doc_id", "source", "file", "line", "repeat", "doc_token_start", "doc_token_end",
                   "sample_token_start", "sample_token_end")
 
@@ -561,19 +563,30 @@ def write_table_part(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_shard(task: dict[str, Any]) -> dict[str, Any]:
-    """Phase 3 for one shard: samples of positions ``[first, stop)``.
+    """Phase 3 for one shard: samples of positions ``[first, stop)``, in
+    every format of ``task["formats"]`` (``output.formats``), and their
+    lineage part.
 
     Args:
         task: ``shard``, ``first``, ``stop``, ``buckets`` ([(bucket, start
             position, count)] overlapping the range), ``sample_files``,
             ``segment_files``, ``seq_length``, ``width``, ``page``,
-            ``header``, ``by_doc_parts``, ``tmp``, ``spill``, ``marker``.
+            ``header``, ``by_doc_parts``, ``tmp``, ``spill``, ``marker``,
+            ``formats``; with ``mindrecord_shifted``: ``eod_pad_length``,
+            ``eod_mask_loss``, ``shifted_page``, ``shifted_header``; with
+            ``megatron``: ``megatron_dtype`` (numpy name) and
+            ``megatron_lengths`` (the part file of this shard's sequence
+            lengths).
 
     Returns:
-        ``{"shard": {name, sha256, db_sha256, rows, bytes}, "files":
-        {lineage part: sha256}, "tokens_by_source": {source: tokens},
-        "segments": rows, "node": ...}``.
+        ``{"shard": {name, sha256, db_sha256, rows, bytes} (only ``rows``
+        when ``mindrecord`` is not written), "files": {lineage part: sha256},
+        "tokens_by_source": {source: tokens}, "segments": rows, "node": ...}``
+        plus ``"shifted"`` (the shifted shard's entry) and ``"megatron"``
+        (``{"first_byte", "bytes", "sha256", "sequences"}`` of its ``.bin``
+        range) for those formats.
     """
+    from pipeline.formats import BinRange, save_lengths, shifted_columns
     from pipeline.writer import COLUMN, ShardWriter, validate_samples
 
     marker = Path(task["marker"])
@@ -581,21 +594,36 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         return done
     s, first, stop = task["shard"], task["first"], task["stop"]
     seq_length, width = task["seq_length"], task["width"]
+    formats = task.get("formats", ["mindrecord"])
     window = seq_length + 1
     sample_files = [Path(p) for p in task["sample_files"]]
     segment_files = [Path(p) for p in task["segment_files"]]
     tmp = Path(task["tmp"])
     name = layout.shard_name(s)
     path = tmp / name
-    for stale in (path, layout.shard_index(path)):
+    shifted_name = layout.shifted_shard_name(s)
+    for stale in (path, layout.shard_index(path), tmp / shifted_name, layout.shard_index(tmp / shifted_name)):
         stale.unlink(missing_ok=True)  # a write cut short by a crash
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # One shuffle range at a time: the shard is never in memory as a whole.
-    writer = ShardWriter(path, {COLUMN: window, "actual_seq_len": width}, task["page"], task["header"])
+    writer = shifted = bin_range = None
+    if "mindrecord" in formats:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One shuffle range at a time: the shard is never in memory as a whole.
+        writer = ShardWriter(path, {COLUMN: window, "actual_seq_len": width}, task["page"], task["header"])
+    if "mindrecord_shifted" in formats:
+        from pipeline.formats import SHIFTED_COLUMNS
+
+        (tmp / shifted_name).parent.mkdir(parents=True, exist_ok=True)
+        shifted = ShardWriter(tmp / shifted_name, {c: task["eod_pad_length"] if c == "actual_seq_len" else seq_length
+                                                   for c in SHIFTED_COLUMNS},
+                              task["shifted_page"], task["shifted_header"])
+    if "megatron" in formats:
+        bin_range = BinRange(tmp / layout.megatron_bin(), first * window, np.dtype(task["megatron_dtype"]))
+    sequence_lengths: list[np.ndarray] = []
     rel = f"{layout.LINEAGE}/{layout.part_name(s)}"
     lineage = _RowGroupWriter(tmp / rel, LINEAGE_ROW_GROUP)
     by_source: dict[str, int] = {}
     by_doc_dir = Path(task["spill"]) / "by_doc"
+    rows_written = 0
     for bucket, start, count in task["buckets"]:
         samples = read_bucket(sample_files, bucket)
         if samples.num_rows != count:
@@ -607,15 +635,11 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         picked = pa.array(order[inside])
         tokens = samples["tokens"].combine_chunks().take(picked)
         rows = tokens.flatten().to_numpy(zero_copy_only=False).reshape(-1, window).astype(np.int32)
-        ends = _pad_ends(samples["ends"].combine_chunks().take(picked), width, seq_length)
+        ends = _pad_ends(samples["ends"].combine_chunks().take(picked), width, seq_length) if writer else None
         del samples, tokens
-        writer.write({COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)})
-        del rows, ends
-        segs = read_bucket(segment_files, bucket)
-        if not segs.num_rows:
-            continue
         # This range's lineage rows, in sample order: positions are
         # consecutive across ranges, so appending keeps the part sorted.
+        segs = read_bucket(segment_files, bucket)
         where = np.searchsorted(keys, segs["key"].to_numpy())
         seg_pos = positions[where]
         keep = (seg_pos >= first) & (seg_pos < stop)
@@ -623,6 +647,20 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         segs = segs.add_column(0, "sample_index", pa.array(seg_pos[keep], pa.int64()))
         segs = segs.sort_by([("sample_index", "ascending"), ("sample_token_start", "ascending")])
         si = segs["sample_index"].to_numpy()
+        if writer is not None:
+            writer.write({COLUMN: validate_samples(rows), "actual_seq_len": validate_samples(ends, 1)})
+        if shifted is not None and len(rows):
+            local = si - int(positions[inside][0])
+            columns = shifted_columns(rows, local, segs["sample_token_end"].to_numpy(), task["eod_pad_length"],
+                                      task["eod_mask_loss"])
+            shifted.write({c: validate_samples(v, 1) for c, v in columns.items()})
+            del columns
+        if bin_range is not None:
+            bin_range.write(rows)
+        rows_written += len(rows)
+        del rows, ends
+        if not segs.num_rows:
+            continue
         run_starts = np.r_[0, np.flatnonzero(np.diff(si)) + 1] if len(si) else np.zeros(0, np.int64)
         seg_no = (np.arange(len(si)) - np.repeat(run_starts, np.diff(np.r_[run_starts, len(si)]))).astype(np.int32)
         segs = segs.add_column(1, "segment", pa.array(seg_no))
@@ -630,20 +668,37 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         write_buckets(segs, layout.id_parts(segs["doc_id"].to_pylist(), task["by_doc_parts"]),
                       by_doc_dir / f"shard-{s:05d}-{bucket:07d}.parquet")
         lengths = pc.cast(pc.subtract(segs["sample_token_end"], segs["sample_token_start"]), pa.int64())
+        if bin_range is not None:
+            sequence_lengths.append(lengths.to_numpy().astype(np.int32))
         grouped = pa.table({"source": segs["source"], "tokens": lengths}).group_by("source").aggregate(
             [("tokens", "sum")])
         for src, n in zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()):
             by_source[src] = by_source.get(src, 0) + int(n)
-    if writer.rows != stop - first:
-        raise BuildError(f"shard {s}: {writer.rows} samples for positions {first}..{stop - 1}")
-    writer.close()
-    shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(layout.shard_index(path)),
-             "rows": int(stop - first), "bytes": path.stat().st_size}
+    if rows_written != stop - first:
+        raise BuildError(f"shard {s}: {rows_written} samples for positions {first}..{stop - 1}")
+    shard: dict[str, Any] = {"rows": int(stop - first)}
+    if writer is not None:
+        writer.close()
+        shard = {"name": name, "sha256": sha256_file(path), "db_sha256": sha256_file(layout.shard_index(path)),
+                 "rows": int(stop - first), "bytes": path.stat().st_size}
 
     from pipeline.executor import current_node
 
     result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": by_source,
                               "segments": lineage.rows, "node": current_node()}
+    if shifted is not None:
+        shifted.close()
+        spath = tmp / shifted_name
+        result["shifted"] = {"name": shifted_name, "sha256": sha256_file(spath),
+                             "db_sha256": sha256_file(layout.shard_index(spath)), "rows": int(stop - first),
+                             "bytes": spath.stat().st_size}
+    if bin_range is not None:
+        lengths = np.concatenate(sequence_lengths) if sequence_lengths else np.zeros(0, np.int32)
+        if int(lengths.sum()) != (stop - first) * window:
+            raise BuildError(f"shard {s}: its lineage rows cover {int(lengths.sum())} tokens of "
+                             f"{(stop - first) * window}: a Megatron sequence per piece needs every token in one")
+        save_lengths(lengths, Path(task["megatron_lengths"]))
+        result["megatron"] = {**bin_range.close(), "sequences": int(len(lengths))}
     if lineage.close():
         result["files"][rel] = sha256_file(tmp / rel)
     _write_json(result, marker)
@@ -689,7 +744,7 @@ def _sum_counts(dicts) -> dict[int, int]:
 def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_reports: dict[str, Any],
              bytes_per_char: float, pad_id: int, planned_tokens: int, target_shares: dict[str, float] | None,
              decision_columns: list[str], work: Path, tmp: Path,
-             executor, runlog, fingerprint: str) -> dict[str, Any]:
+             executor, runlog, fingerprint: str, max_token_id: int | None = None) -> dict[str, Any]:
     """Write the samples, lineage, documents and decisions of a version into
     ``tmp`` (see the module docstring), resuming a killed assembly.
 
@@ -712,14 +767,23 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         runlog: the build's log.
         fingerprint: everything the output depends on; a different one
             restarts the assembly from scratch.
+        max_token_id: the tokenizer's largest id (the Megatron token
+            dtype, :func:`pipeline.megatron.token_dtype`); needed only with
+            the ``megatron`` format.
 
     Returns:
         Manifest entries: ``seq_length``, ``num_samples``, ``num_tokens``,
-        ``columns``, ``packing``, ``shards``, ``layout``, ``files`` (sha256 of
-        each written table part), ``decision_rows``.
+        ``columns``, ``packing``, ``shards`` (the MindRecord shards; only
+        ``rows`` per shard when ``mindrecord`` is not among the formats: the
+        row cut of the lineage parts and of ``shifted/``), ``formats``
+        (:func:`_format_entries`), ``layout``, ``files`` (sha256 of each
+        written table part), ``decision_rows``.
 
     Raises:
-        BuildError: no sample can be packed; an internal count disagrees.
+        BuildError: no sample can be packed; an internal count disagrees;
+            with ``mindrecord_shifted``, a sample holds more document ends
+            than ``output.eod_pad_length`` (raised after packing, before any
+            shard is written).
     """
     from pipeline.writer import page_and_header_size
 
@@ -852,9 +916,30 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     shutil.rmtree(spill / layout.DECISIONS, ignore_errors=True)
     shutil.rmtree(spill / "fragments", ignore_errors=True)
 
-    # phase 3: shards
+    # phase 3: shards, in every output format
+    formats = list(getattr(out_cfg, "formats", None) or ["mindrecord"])
+    eod_pad_length = int(getattr(out_cfg, "eod_pad_length", 128))
+    if "mindrecord_shifted" in formats and width > eod_pad_length:
+        raise BuildError(f"a sample holds {width} document ends (actual_seq_len entries, seq_length included), "
+                         f"more than output.eod_pad_length = {eod_pad_length}: raise output.eod_pad_length to at "
+                         f"least {width} (and eod_pad_length in the training config), or drop mindrecord_shifted")
     rows_per_shard = max(1, out_cfg.max_shard_bytes // (4 * window))
     page, header = page_and_header_size(min(rows_per_shard, total), window + width)
+    extra: dict[str, Any] = {"formats": formats}
+    if "mindrecord_shifted" in formats:
+        shifted_page, shifted_header = page_and_header_size(min(rows_per_shard, total),
+                                                            4 * seq_length + eod_pad_length)
+        extra.update(eod_pad_length=eod_pad_length, eod_mask_loss=bool(getattr(out_cfg, "eod_mask_loss", False)),
+                     shifted_page=shifted_page, shifted_header=shifted_header)
+    if "megatron" in formats:
+        from pipeline.formats import prepare_bin
+        from pipeline.megatron import token_dtype
+
+        if max_token_id is None:
+            raise BuildError("the megatron format needs the tokenizer's largest id (max_token_id)")
+        megatron_dtype = token_dtype(int(max_token_id))
+        prepare_bin(tmp / layout.megatron_bin(), total * window, megatron_dtype)
+        extra["megatron_dtype"] = megatron_dtype.name
     starts, running = {}, 0
     for j in sorted(counts):
         starts[j] = running
@@ -872,6 +957,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                             "segment_files": [str(spill / "segments" / n) for n in sample_names],
                             "seq_length": seq_length, "width": width, "page": page, "header": header,
                             "by_doc_parts": by_doc_parts, "tmp": str(tmp), "spill": str(spill),
+                            "megatron_lengths": str(spill / _LENGTHS_SPILL / f"lengths-{s:05d}.npy"), **extra,
                             "marker": str(markers / f"shard-{s:05d}.json")})
     tracker = runlog.tracker("assemble-shards", len(shard_tasks))
     try:
@@ -889,6 +975,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
             by_source[src] = by_source.get(src, 0) + int(n)
     shutil.rmtree(spill / "samples", ignore_errors=True)
     shutil.rmtree(spill / "segments", ignore_errors=True)
+    format_entries = _format_entries(formats, written, total, seq_length, width, extra, tmp, spill, markers)
+    shutil.rmtree(spill / _LENGTHS_SPILL, ignore_errors=True)
 
     # phase 4: lineage by document
     by_doc_files = [str(f) for f in sorted((spill / "by_doc").glob("shard-*.parquet"))]
@@ -921,6 +1009,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                     "boundaries_width": int(width),
                     "packed_per_source": packed_per_source(by_source, target_shares)},
         "shards": shards,
+        "formats": format_entries,
         "layout": {"format": 2, "order_buckets": order_buckets, "shuffle_buckets": 1 << shuffle_bits,
                    "documents_parts": doc_parts, "excerpts_parts": doc_parts,
                    "lineage_by_doc_parts": by_doc_parts, "decisions_parts": decision_parts},
@@ -929,6 +1018,58 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         "decision_rows": decision_rows,
         "kept_rows": kept_rows,
     }
+
+
+def _format_entries(formats: list[str], written: list[dict[str, Any]], total: int, seq_length: int, width: int,
+                    extra: dict[str, Any], tmp: Path, spill: Path, markers: Path) -> dict[str, Any]:
+    """The manifest's ``formats``: per format its files, digests, counts and
+    dtype (docs/loader_and_lineage.md, "Formats"). For ``megatron`` the
+    driver streams the ``.idx`` from the shard tasks' length parts here (once:
+    a marker keeps its result for a resumed build).
+
+    * ``mindrecord``: ``directory``, ``columns``, ``dtype``, ``rows``,
+      ``tokens``; its files and digests are the top-level ``shards``.
+    * ``mindrecord_shifted``: the same plus ``eod_pad_length``,
+      ``eod_mask_loss``, ``max_document_ends`` and ``files`` (one entry per
+      shard: ``name``, ``sha256``, ``db_sha256``, ``rows``, ``bytes``; shard
+      ``k`` holds the rows of ``shards/`` shard ``k``).
+    * ``megatron``: ``prefix``, ``dtype``, ``sequences``, ``documents``
+      (entries of ``document_indices``), ``tokens``, ``bin`` (``name``,
+      ``bytes``, ``ranges``: per shard ``first_byte``, ``bytes``,
+      ``sha256``, ``sequences``) and ``idx`` (``name``, ``bytes``, ``sha256``).
+    """
+    window = seq_length + 1
+    out: dict[str, Any] = {}
+    if "mindrecord" in formats:
+        out["mindrecord"] = {"directory": layout.SHARDS, "dtype": "int32", "rows": int(total),
+                             "tokens": int(total * window),
+                             "columns": {"input_ids": [window], "actual_seq_len": [int(width)]}}
+    if "mindrecord_shifted" in formats:
+        p = extra["eod_pad_length"]
+        out["mindrecord_shifted"] = {
+            "directory": layout.SHIFTED, "dtype": "int32", "rows": int(total), "tokens": int(total * seq_length),
+            "columns": {"input_ids": [seq_length], "labels": [seq_length], "loss_mask": [seq_length],
+                        "position_ids": [seq_length], "actual_seq_len": [p]},
+            "eod_pad_length": p, "eod_mask_loss": extra["eod_mask_loss"], "max_document_ends": int(width),
+            "files": [w["shifted"] for w in written]}
+    if "megatron" in formats:
+        from pipeline.formats import write_idx
+
+        marker = markers / "megatron-idx.json"
+        idx = _marked(marker)
+        if idx is None:
+            idx = write_idx(tmp / layout.megatron_idx(), np.dtype(extra["megatron_dtype"]),
+                            [spill / _LENGTHS_SPILL / f"lengths-{s:05d}.npy" for s in range(len(written))])
+            _write_json(idx, marker)
+        ranges = [w["megatron"] for w in written]
+        if idx["tokens"] != total * window:
+            raise BuildError(f"the Megatron sequences hold {idx['tokens']} tokens, the samples {total * window}")
+        out["megatron"] = {
+            "prefix": layout.megatron_prefix(), "dtype": extra["megatron_dtype"], "sequences": idx["sequences"],
+            "documents": idx["sequences"] + 1, "tokens": int(total * window),
+            "bin": {"name": layout.megatron_bin(), "bytes": int(sum(r["bytes"] for r in ranges)), "ranges": ranges},
+            "idx": {"name": layout.megatron_idx(), "bytes": idx["bytes"], "sha256": idx["sha256"]}}
+    return out
 
 
 def packed_per_source(tokens: dict[str, int], targets: dict[str, float | None] | None
@@ -967,7 +1108,8 @@ class _NoTracker:
 
 
 def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, work_dir: Path | None = None,
-                       partitions: int = 1, executor=None, pad_id: int = 0) -> dict[str, Any]:
+                       partitions: int = 1, executor=None, pad_id: int = 0,
+                       max_token_id: int | None = None) -> dict[str, Any]:
     """Assemble a version from an in-memory table of final documents, as a
     build does after its stages. The build never calls it (it runs
     :func:`assemble` from ``pipeline.build.assemble_phase``): it is how tests
@@ -988,6 +1130,8 @@ def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, wor
         partitions: split ``docs`` into this many partitions (row ranges),
             to exercise the exchange as a build with many partitions would.
         executor: default a one-process ``LocalExecutor``.
+        max_token_id: the vocabulary's largest id (the Megatron dtype);
+            default the largest id in ``docs``.
 
     Returns:
         :func:`assemble`'s manifest entries (no decisions: nothing is dropped).
@@ -1012,6 +1156,8 @@ def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, wor
     repeats = docs["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
     reports = {"mixture": {"totals": {"kept_chars": int(pc.sum(docs["chars"]).as_py() or 0)}}}
     planned = int((tokens * repeats).sum())
+    if max_token_id is None:
+        max_token_id = int(pc.max(pc.list_flatten(docs["tokenize_input_ids"])).as_py() or 0)
     cfg = SimpleNamespace(seed=seed, output=output)
     own = executor is None
     executor = executor or LocalExecutor(1)
@@ -1020,7 +1166,7 @@ def assemble_documents(docs: pa.Table, version_dir: Path, output, seed: int, wor
 
         return assemble(cfg, refs, [], reports, 1.0, pad_id, planned, None, list(LEGACY_DECISION_COLUMNS),
                         work_dir / "assemble", version_dir,
-                        executor, _QuietLog(), fingerprint="documents")
+                        executor, _QuietLog(), fingerprint="documents", max_token_id=max_token_id)
     finally:
         if own:
             executor.close()

@@ -88,7 +88,8 @@ TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" /
 INGEST_CODE = ("pipeline.readers", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
 # Every stage also runs its own module (``stages.stage_module``).
 STAGE_CODE = ("pipeline.executor:process_partition",)
-ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.layout", "pipeline.build:assemble_phase")
+ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.formats", "pipeline.megatron", "pipeline.layout",
+                 "pipeline.build:assemble_phase")
 
 
 def stage_code_digest(name: str, plugins: tuple[str, ...] = ()) -> CodeDigest:
@@ -862,7 +863,8 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
                    pad_id=staged.exports["pad_id"], planned_tokens=staged.exports["planned_tokens"],
                    target_shares=staged.exports.get("target_shares"),
                    decision_columns=[c["name"] for c in carried],
-                   work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint)
+                   work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint,
+                   max_token_id=staged.reports[staged.provided_by["tokenizer"]]["fit"].get("max_token_id"))
     out["code"] = code.facts()
     out["lineage_columns"] = carried
     runlog.event("assembled", None, samples=out["num_samples"], shards=len(out["shards"]))
@@ -971,6 +973,8 @@ def check_complete(tmp: Path, manifest: dict[str, Any]) -> None:
     if bad_digest:
         problems.append(bad_digest)
     for shard in manifest.get("shards") or []:
+        if "name" not in shard and "mindrecord" not in (manifest.get("formats") or {"mindrecord": {}}):
+            continue  # the row cut only: output.formats has no mindrecord
         path = tmp / shard["name"]
         if not path.is_file():
             problems.append(f"{shard['name']} is missing")
@@ -984,10 +988,33 @@ def check_complete(tmp: Path, manifest: dict[str, Any]) -> None:
     lineage = [f"{layout.LINEAGE}/{layout.part_name(i)}" for i in range(len(manifest.get("shards") or []))]
     needed = [*lineage, *(manifest.get("files") or {}), layout.TOKENIZER, layout.CONFIG, layout.QUARANTINE,
               layout.REPORT, layout.RUN_LOG]
+    problems += _format_file_problems(tmp, manifest)
     problems += [f"{rel} is missing" for rel in dict.fromkeys(needed) if not (tmp / rel).is_file()]
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise BuildError(f"{tmp} is not a complete version, not published: {shown}")
+
+
+def _format_file_problems(tmp: Path, manifest: dict[str, Any]) -> list[str]:
+    """Presence and sizes of the files of ``manifest["formats"]`` other than
+    the top-level shards (``shifted/`` shards with their ``.db``, the Megatron
+    ``.bin`` and ``.idx``), one line per problem."""
+    problems = []
+    formats = manifest.get("formats") or {}
+    expected = [(f["name"], f.get("bytes"), True) for f in (formats.get("mindrecord_shifted") or {}).get("files", [])]
+    megatron = formats.get("megatron")
+    if megatron:
+        expected += [(megatron["bin"]["name"], megatron["bin"]["bytes"], False),
+                     (megatron["idx"]["name"], megatron["idx"]["bytes"], False)]
+    for name, size, has_index in expected:
+        path = tmp / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif size is not None and path.stat().st_size != size:
+            problems.append(f"{name} has {path.stat().st_size} bytes, the manifest says {size}")
+        if has_index and not layout.shard_index(path).is_file():
+            problems.append(f"{name}.db is missing")
+    return problems
 
 
 def _copy_run_log(src: Path, dst: Path, secrets: set[str]) -> None:

@@ -564,8 +564,10 @@ def verify(
         _print(f"BAD {p['kind']} {p['file']}: {p['reason']}")
     if not result["ok"]:
         raise typer.Exit(1)
+    formats = result.get("checked_format_files", 0)
     print(f"ok: manifest.json matches manifest.sha256; {result['checked_shards']} shards and "
-          f"{result['checked_files']} files match the manifest")
+          f"{result['checked_files'] - formats} files match the manifest"
+          + (f", and {formats} files of the other output formats" if formats else ""))
 
 
 @app.command()

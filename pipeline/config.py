@@ -58,6 +58,8 @@ RESERVED_VERSIONS = frozenset({"cache"})
 #: Shortest ``output.seq_length``: our floor; a shorter window is mostly
 #: document boundaries and gives a model almost no context.
 MIN_SEQ_LENGTH = 8
+#: ``output.formats``: what a version can be written as (docs/loader_and_lineage.md, "Formats").
+OUTPUT_FORMATS = ("mindrecord", "mindrecord_shifted", "megatron")
 
 
 class ConfigError(ValueError):
@@ -218,6 +220,32 @@ class OutputConfig(_Strict):
         shuffle_bucket_samples: samples per key range of the global shuffle
             (a shard task reads the ranges that overlap its rows: ~1/4 of a
             default shard, so a shard reads ~5 ranges). No effect on the output.
+        formats: the files written from the one packed, shuffled sample
+            stream, any of :data:`OUTPUT_FORMATS` once each (default
+            ``[mindrecord]``, the format of every earlier version):
+            ``mindrecord`` (``shards/``: ``input_ids`` int32[seq_length + 1]
+            and ``actual_seq_len``), ``mindrecord_shifted`` (``shifted/``:
+            mindformers' packed columns ``input_ids``, ``labels``,
+            ``loss_mask``, ``position_ids`` int32[seq_length] and
+            ``actual_seq_len`` int32[eod_pad_length]) and ``megatron``
+            (``megatron/corpus_text_document.bin/.idx``, the indexed dataset
+            of mindformers' ``BlendedMegatronDatasetDataLoader``). ``megatron``
+            requires ``packing: concat_split``: its reader concatenates the
+            sequences itself, so best-fit padding would be trained as text.
+            See docs/loader_and_lineage.md, "Formats".
+        eod_pad_length: width of ``mindrecord_shifted``'s ``actual_seq_len``:
+            the most document ends one sample may hold (its last entry is
+            ``seq_length``). 128 is mindformers' default
+            (``GPTDatasetConfig.eod_pad_length``,
+            ``BlendedMegatronDatasetDataLoader``'s ``eod_pad_length``); set
+            the same value in the training config. A sample with more is a
+            build error naming the count, never a truncation.
+        eod_mask_loss: ``mindrecord_shifted``'s ``loss_mask`` is 0 at the
+            position whose input is a document's EOS (the prediction of the
+            next document's first token across the reset). Default false,
+            as Megatron-LM's ``--eod-mask-loss`` and mindformers'
+            pretraining configs (``eod_mask_loss: False``); padding labels
+            are masked either way.
         table_part_bytes: target size of one part of ``documents/``,
             ``decisions/<stage>/`` and ``lineage_by_doc/`` (text bytes; parts
             are a power of two in number, split by id hash). A part is one
@@ -232,6 +260,9 @@ class OutputConfig(_Strict):
     order_bucket_tokens: int = pydantic.Field(16 * 1024 * 1024, ge=16, le=1 << 30)
     shuffle_bucket_samples: int = pydantic.Field(8192, ge=1)
     table_part_bytes: int = pydantic.Field(32 * 1024 * 1024, ge=1024, le=1 << 30)
+    formats: list[str] = pydantic.Field(default_factory=lambda: ["mindrecord"])
+    eod_pad_length: int = 128
+    eod_mask_loss: bool = False
 
     @pydantic.field_validator("seq_length")
     @classmethod
@@ -244,6 +275,33 @@ class OutputConfig(_Strict):
                              f"ids and up to seq_length document ends must fit one 256 MiB page, so at most "
                              f"{MAX_SEQ_LENGTH:,}")
         return value
+
+    @pydantic.field_validator("formats")
+    @classmethod
+    def _known_formats(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"no output format: list one or more of {', '.join(OUTPUT_FORMATS)}")
+        unknown = [f for f in value if f not in OUTPUT_FORMATS]
+        if unknown:
+            raise ValueError(f"unknown format {unknown[0]!r}: one of {', '.join(OUTPUT_FORMATS)}")
+        twice = sorted({f for f in value if value.count(f) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]!r} is listed twice")
+        return value
+
+    @pydantic.field_validator("eod_pad_length")
+    @classmethod
+    def _eod_pad_length_positive(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"{value}: actual_seq_len needs at least one entry (seq_length itself)")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _megatron_needs_concat_split(self):
+        if "megatron" in self.formats and self.packing == "best_fit":
+            raise ValueError("formats: megatron cannot be written with packing: best_fit (its reader re-packs the "
+                             "sequences itself, so best-fit padding would be trained as text); use concat_split")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _bucket_fits_32_bit_offsets(self):

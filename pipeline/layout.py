@@ -7,6 +7,7 @@ name literal anywhere else in ``pipeline/``, ``stages/``, ``bench/`` or
 
     manifest.json  manifest.sha256  config.yaml  tokenizer.json
     shards/corpus-SSSSS.mindrecord (+ .db)   lineage/part-SSSSS.parquet
+    shifted/corpus-SSSSS.mindrecord (+ .db)  megatron/corpus_text_document.{bin,idx}
     lineage_by_doc/  documents/  excerpts/  decisions/<stage>/   (part-NNNNN.parquet)
     quarantine.jsonl  tokenizer_report/tokenizer_report.{md,json,html}
     report.html  run.log.jsonl
@@ -55,6 +56,14 @@ SHARD_PREFIX = "corpus"
 SHARD_SUFFIX = ".mindrecord"
 # MindRecord's index of a shard: MindSpore's FileWriter writes <shard>.db.
 SHARD_INDEX_SUFFIX = ".db"
+# output.formats (docs/loader_and_lineage.md, "Formats"): mindformers' packed
+# columns in shifted/ (same file names as shards/: its directory scan takes
+# names ending in mindrecord\d*), and one Megatron indexed dataset.
+SHIFTED = "shifted"
+MEGATRON = "megatron"
+MEGATRON_PREFIX = "corpus_text_document"
+MEGATRON_BIN_SUFFIX = ".bin"
+MEGATRON_IDX_SUFFIX = ".idx"
 LINEAGE = "lineage"
 LINEAGE_BY_DOC = "lineage_by_doc"
 DOCUMENTS = "documents"
@@ -76,6 +85,28 @@ def shard_name(index: int, prefix: str = SHARD_PREFIX) -> str:
     """Name of shard ``index`` relative to the version directory,
     e.g. ``shards/corpus-00000.mindrecord``."""
     return f"{SHARDS}/{prefix}-{index:05d}{SHARD_SUFFIX}"
+
+
+def shifted_shard_name(index: int, prefix: str = SHARD_PREFIX) -> str:
+    """Name of ``mindrecord_shifted`` shard ``index`` (the same rows as
+    :func:`shard_name` ``(index)``), e.g. ``shifted/corpus-00000.mindrecord``."""
+    return f"{SHIFTED}/{prefix}-{index:05d}{SHARD_SUFFIX}"
+
+
+def megatron_prefix() -> str:
+    """The Megatron dataset's path prefix relative to the version directory
+    (mindformers' ``data_path`` entry): ``megatron/corpus_text_document``."""
+    return f"{MEGATRON}/{MEGATRON_PREFIX}"
+
+
+def megatron_bin() -> str:
+    """``megatron/corpus_text_document.bin`` (the token stream)."""
+    return megatron_prefix() + MEGATRON_BIN_SUFFIX
+
+
+def megatron_idx() -> str:
+    """``megatron/corpus_text_document.idx`` (the sequence index)."""
+    return megatron_prefix() + MEGATRON_IDX_SUFFIX
 
 
 def shard_index(shard_path: str | Path) -> Path:

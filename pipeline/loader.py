@@ -75,11 +75,16 @@ def check_shards(version_dir: Path, manifest: dict[str, Any], check_sha256: bool
     Raises:
         FileNotFoundError: a data file or ``.db`` is missing.
         ValueError: a file's size, row count or digest differs from the
-            manifest (the message names the file).
+            manifest (the message names the file); the version was built
+            without the ``mindrecord`` format (``output.formats``).
     """
     import mindspore.dataset as ds
 
     version_dir = Path(version_dir)
+    if any("name" not in shard for shard in manifest["shards"]):
+        raise ValueError(f"{version_dir} was built without the mindrecord format (output.formats: "
+                         f"{sorted(manifest.get('formats') or {})}): this loader reads shards/; train on its other "
+                         "formats with mindformers (docs/loader_and_lineage.md, \"Formats\")")
     shards = [(shard, _shard_path(version_dir, shard["name"])) for shard in manifest["shards"]]
     for shard, path in shards:  # every file before MindSpore opens any
         for needed in (path, layout.shard_index(path)):

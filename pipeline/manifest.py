@@ -193,8 +193,10 @@ def _check_sample_fields(manifest: dict[str, Any], path: Path) -> None:
     for key, minimum in (("seq_length", 1), ("num_samples", 0)):
         check_int(key, manifest.get(key), minimum, where=f"{path}: ")
     shards = manifest.get("shards")
+    # Without the mindrecord format a shard entry is the row cut alone ({rows}).
+    named = "mindrecord" in (manifest.get("formats") or {"mindrecord": {}})
     if not isinstance(shards, list) or not shards or not all(
-            isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("rows"), int)
+            isinstance(s, dict) and (isinstance(s.get("name"), str) or not named) and isinstance(s.get("rows"), int)
             and not isinstance(s.get("rows"), bool) for s in shards):
         raise ValueError(f"{path}: shards must be a non-empty list of {{name, rows, ...}}")
     total = sum(int(s["rows"]) for s in shards)
@@ -266,7 +268,7 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "tokenizer_report": assembled["tokenizer_report"],
         "mixture": mixture_facts,
         **{k: assembled[k] for k in ("seq_length", "num_samples", "num_tokens", "columns", "packing", "shards",
-                                     "layout", "lineage_columns")},
+                                     "formats", "layout", "lineage_columns")},
         "files": files,
     }
     manifest["run"] = {

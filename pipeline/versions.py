@@ -16,6 +16,7 @@ nothing from ``stages/``.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -277,13 +278,15 @@ def verify_version(version_dir: str | Path) -> dict[str, Any]:
     In order: ``manifest.json`` against ``manifest.sha256`` (an edited field
     or a flipped byte fails); the manifest must parse and have the expected
     shape; then every shard (data file and ``.db``, SHA-256 and, when
-    recorded, ``db_sha256``) and every file of ``files``. Never raises on a
+    recorded, ``db_sha256``), every file of ``files`` and every file of each
+    output format in ``formats`` (``shifted/`` shards and their ``.db``, the
+    Megatron ``.idx``, and the ``.bin`` range by range). Never raises on a
     corrupt file: each problem is one entry naming the file.
 
     Returns:
         ``{"ok": bool, "problems": [{"file", "kind", "reason"}], "bad_shards":
         [shard names], "bad_files": [paths], "checked_shards": n,
-        "checked_files": n}``; ``kind`` is ``manifest``, ``shard`` or
+        "checked_files": n (format files included), "checked_format_files": n}``; ``kind`` is ``manifest``, ``shard`` or
         ``file``. ``ok`` is True only when there is no problem.
 
     Raises:
@@ -329,8 +332,14 @@ def verify_version(version_dir: str | Path) -> dict[str, Any]:
     if not isinstance(files, dict):
         problem("manifest", MANIFEST, "'files' is not an object")
         files = {}
+    formats = manifest.get("formats") or {}
+    if not isinstance(formats, dict):
+        problem("manifest", MANIFEST, "'formats' is not an object")
+        formats = {}
     for shard in shards:
         name = shard.get("name")
+        if name is None and "mindrecord" not in (formats or {"mindrecord": {}}):
+            continue  # the row cut only: the version was written without the mindrecord format
         data = _inside(version_dir, name)
         if data is None or not isinstance(shard.get("sha256"), str):
             problem("manifest", MANIFEST, f"shard entry {str(name)[:80]!r}: no usable name or sha256")
@@ -355,4 +364,72 @@ def verify_version(version_dir: str | Path) -> dict[str, Any]:
         if why:
             bad_files.append(name)
             problem("file", name, why)
-    return result(len(shards), len(files))
+    checked = _verify_formats(version_dir, formats, problem, bad_files)
+    out = result(len(shards), len(files) + checked)
+    out["checked_format_files"] = checked
+    return out
+
+
+def _verify_formats(version_dir: Path, formats: dict[str, Any], problem, bad_files: list[str]) -> int:
+    """Re-hash the files of the manifest's ``formats`` that are not the
+    top-level shards: each ``shifted/`` shard and its ``.db``; the Megatron
+    ``.idx`` and each shard's byte range of the ``.bin`` (the ``.bin`` is
+    hashed by range, as the shard tasks wrote it, plus its total size).
+    Returns the number of files checked; each problem names its file."""
+    checked = 0
+    for entry in (formats.get("mindrecord_shifted") or {}).get("files", []):
+        name = entry.get("name")
+        data = _inside(version_dir, name)
+        if data is None or not isinstance(entry.get("sha256"), str):
+            problem("manifest", layout.MANIFEST, f"shifted entry {str(name)[:80]!r}: no usable name or sha256")
+            continue
+        checked += 1
+        why = _digest_problem(data, entry["sha256"])
+        if why is None:
+            why = _digest_problem(layout.shard_index(data), entry.get("db_sha256"))
+            why = why and f".db index {why}"
+        if why:
+            bad_files.append(name)
+            problem("file", name, why)
+    megatron = formats.get("megatron")
+    if not megatron:
+        return checked
+    idx, binary = megatron.get("idx") or {}, megatron.get("bin") or {}
+    target = _inside(version_dir, idx.get("name"))
+    if target is not None:
+        checked += 1
+        why = _digest_problem(target, idx.get("sha256"))
+        if why:
+            bad_files.append(idx["name"])
+            problem("file", idx["name"], why)
+    target = _inside(version_dir, binary.get("name"))
+    if target is None:
+        problem("manifest", layout.MANIFEST, "megatron entry has no usable .bin name")
+        return checked
+    checked += 1
+    name = binary["name"]
+    if not target.is_file():
+        bad_files.append(name)
+        problem("file", name, "missing")
+        return checked
+    why = None
+    if target.stat().st_size != binary.get("bytes"):
+        why = f"{target.stat().st_size} bytes, the manifest says {binary.get('bytes')}"
+    else:
+        with open(target, "rb") as fh:
+            for r in binary.get("ranges", []):
+                fh.seek(r["first_byte"])
+                digest, left = hashlib.sha256(), r["bytes"]
+                while left > 0:
+                    block = fh.read(min(left, 1 << 22))
+                    if not block:
+                        break
+                    digest.update(block)
+                    left -= len(block)
+                if digest.hexdigest() != r["sha256"]:
+                    why = f"SHA-256 of bytes {r['first_byte']}..{r['first_byte'] + r['bytes'] - 1} differs from the manifest"
+                    break
+    if why:
+        bad_files.append(name)
+        problem("file", name, why)
+    return checked

@@ -74,8 +74,9 @@ def tiny(tmp_path_factory):
         # Small shards and buckets, so the streaming assembly's exchange is
         # exercised: several shards, order buckets (windows stitched across
         # them) and shuffle key ranges.
+        # Every output format, so determinism and resume after a kill cover them all.
         "output": {"seq_length": SEQ, "max_shard_bytes": 64 * (SEQ + 1) * 4, "order_bucket_tokens": 8000,
-                   "shuffle_bucket_samples": 32},
+                   "shuffle_bucket_samples": 32, "formats": ["mindrecord", "mindrecord_shifted", "megatron"]},
     }
     (root / "tiny.yaml").write_text(yaml.safe_dump(cfg))
     corpora = root / "corpora"
@@ -219,6 +220,35 @@ def test_lineage_for_step_equals_loader_batch(tiny):
             segs = lineage.filter(pa.compute.equal(lineage["sample_index"], rec["sample_index"])).to_pylist()
             assert [s["doc_id"] for s in rec["segments"]] == [s["doc_id"] for s in segs]
             assert sum(s["sample_token_end"] - s["sample_token_start"] for s in segs) == SEQ + 1 == len(row)
+
+
+def test_every_output_format_holds_the_same_samples_and_verifies(tiny):
+    from mindspore.mindrecord import FileReader
+
+    from pipeline import layout
+    from pipeline.megatron import read_idx, read_tokens
+    from pipeline.versions import verify_version
+
+    vdir, m = tiny["result"].version_dir, tiny["result"].manifest
+
+    def rows(name, column):
+        reader = FileReader(str(vdir / name))
+        out = [r[column] for r in reader.get_next()]
+        reader.close()
+        return np.stack(out)
+
+    samples = np.concatenate([rows(s["name"], "input_ids") for s in m["shards"]])
+    assert samples.shape == (m["num_samples"], SEQ + 1) and len(m["shards"]) > 1
+    shifted = m["formats"]["mindrecord_shifted"]["files"]
+    np.testing.assert_array_equal(np.concatenate([rows(f["name"], "labels") for f in shifted]), samples[:, 1:])
+    prefix = vdir / layout.megatron_prefix()
+    dtype, lengths, _, _ = read_idx(f"{prefix}.idx")
+    assert dtype == np.uint16 and m["formats"]["megatron"]["dtype"] == "uint16"  # vocab_size 2000
+    np.testing.assert_array_equal(read_tokens(prefix, 0, samples.size).reshape(samples.shape), samples)
+    assert int(lengths.sum()) == samples.size
+    assert sum(pq.ParquetFile(p).metadata.num_rows for p in (vdir / layout.LINEAGE).glob("*.parquet")) == len(lengths)
+    result = verify_version(vdir)
+    assert result["ok"] and result["checked_format_files"] == len(m["shards"]) + 2
 
 
 def test_same_seed_gives_identical_shards_and_manifest(tiny):

@@ -237,7 +237,8 @@ def test_this_repository_s_stage_and_ingest_digests():
     assert {"write_table_atomic", "write_json_atomic", "sha256_stream"} <= set(ingest.definitions["common/io.py"])
     assert ingest.definitions["common/hashing.py"] == ["id_hash"]
     assemble = code_digest(ASSEMBLE_CODE)
-    assert {"pipeline/assemble.py", "pipeline/writer.py", "pipeline/packing.py", "common/hashing.py"} \
+    assert {"pipeline/assemble.py", "pipeline/writer.py", "pipeline/packing.py", "common/hashing.py",
+            "pipeline/formats.py", "pipeline/megatron.py"} \
         <= set(assemble.sources)
     assert "mindspore" in assemble.libraries
     # the tokenizer stage reaches only the id hash of the shared helpers, not the packer

@@ -361,3 +361,22 @@ def test_bad_tokenizer_sample_shares_are_one_config_line(shares, line):
     with pytest.raises(ConfigError) as exc:
         parse_config(_cfg(tokenize=shares), origin="c.yaml")
     assert str(exc.value).splitlines() == [line]
+
+
+def test_output_formats_are_checked_before_any_work():
+    assert parse_config(_cfg()).output.formats == ["mindrecord"]
+    assert parse_config(_cfg(output={"formats": ["megatron", "mindrecord_shifted"]})).output.formats == \
+        ["megatron", "mindrecord_shifted"]
+    assert _errors(output={"formats": ["mindrecord", "tfrecord"]}) == [
+        "c.yaml: output.formats: unknown format 'tfrecord': one of mindrecord, mindrecord_shifted, megatron "
+        "(got ['mindrecord', 'tfrecord'])"]
+    assert _errors(output={"formats": []}) == [
+        "c.yaml: output.formats: no output format: list one or more of mindrecord, mindrecord_shifted, megatron "
+        "(got [])"]
+    assert _errors(output={"formats": ["megatron", "megatron"]}) == [
+        "c.yaml: output.formats: 'megatron' is listed twice (got ['megatron', 'megatron'])"]
+    assert _errors(output={"formats": ["megatron"], "packing": "best_fit"}) == [
+        "c.yaml: output.formats: megatron cannot be written with packing: best_fit (its reader re-packs the "
+        "sequences itself, so best-fit padding would be trained as text); use concat_split"]
+    assert _errors(output={"eod_pad_length": 0}) == [
+        "c.yaml: output.eod_pad_length: 0: actual_seq_len needs at least one entry (seq_length itself) (got 0)"]

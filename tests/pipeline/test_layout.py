@@ -26,8 +26,9 @@ def _layout_names() -> tuple[set[str], set[str], set[str]]:
              layout.REPORT, layout.RUN_LOG}
     files |= {f"{layout.TOKENIZER_REPORT_STEM}.{ext}" for ext in ("md", "json", "html")}
     folders = {layout.SHARDS, layout.LINEAGE, layout.LINEAGE_BY_DOC, layout.DOCUMENTS, layout.EXCERPTS,
-               layout.DECISIONS, layout.TOKENIZER_REPORT_DIR}
-    files |= {layout.table_file_v1(Path(), t).name for t in folders - {layout.SHARDS, layout.TOKENIZER_REPORT_DIR}}
+               layout.DECISIONS, layout.TOKENIZER_REPORT_DIR, layout.SHIFTED, layout.MEGATRON}
+    files |= {layout.table_file_v1(Path(), t).name
+              for t in folders - {layout.SHARDS, layout.TOKENIZER_REPORT_DIR, layout.SHIFTED, layout.MEGATRON}}
     return files, folders, {layout.SHARD_SUFFIX, layout.SHARD_INDEX_SUFFIX}
 
 
