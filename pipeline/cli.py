@@ -118,10 +118,13 @@ def summary_table(manifest: dict[str, Any]) -> Table:
 
 def warning_lines(manifest: dict[str, Any]) -> list[str]:
     """``warning [stage] line`` for every stage warning of the manifest
-    (``stages.<name>.warnings``), in stage order: printed under the build
-    summary, so a warning is not only a line of the build log."""
-    return [f"warning [{name}] {line}" for name in manifest.get("stage_order", list(manifest["stages"]))
-            for line in (manifest["stages"][name].get("warnings") or [])]
+    (``stages.<name>.warnings``), in stage order, then ``warning [output]
+    line`` for each of the manifest's ``output_warnings`` (e.g. too many
+    shards for a typical open-file limit): printed under the build summary,
+    so a warning is not only a line of the build log."""
+    lines = [f"warning [{name}] {line}" for name in manifest.get("stage_order", list(manifest["stages"]))
+             for line in (manifest["stages"][name].get("warnings") or [])]
+    return lines + [f"warning [output] {line}" for line in manifest.get("output_warnings") or []]
 
 
 def _tail(text: str, width: int) -> str:
@@ -319,12 +322,17 @@ def lineage(
                                                  "this document id")] = None,
     show_text: Annotated[bool, typer.Option(help="print the first 200 characters of each document "
                                                   "(its start, not the piece in the sample)")] = False,
+    seed: Annotated[int, typer.Option(help="the loader's seed (orders epochs 1, 2, ...)")] = 0,
+    consumed_samples: Annotated[int | None, typer.Option(help="samples trained before STEP (a run whose "
+                                                              "global batch changed)")] = None,
+    epochs: Annotated[int, typer.Option(help="with --doc: list where epochs 0..K-1 read each piece")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
 ) -> None:
     """The documents in a training step's global batch (or steps STEP-K..STEP+K),
-    in loader order; with --doc ID, the samples and steps that hold a document."""
+    in loader order, for a step of any epoch; with --doc ID, the samples and
+    steps that hold a document."""
     from pipeline.lineage import (DEFAULT_TEXT_CHARS, format_document_lineage, format_lineage,
                                   lineage_for_document, lineage_for_step)
 
@@ -334,11 +342,12 @@ def lineage(
         raise typer.Exit(2)
     try:
         if doc is not None:
-            result = lineage_for_document(vdir, doc, global_batch, dp_size)
+            result = lineage_for_document(vdir, doc, global_batch, dp_size, num_epochs=epochs, seed=seed)
         else:
             # Text is read from excerpts/ only when asked for (--show-text).
             result = lineage_for_step(vdir, step, global_batch, dp_size, around=around,
-                                      text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
+                                      text_chars=DEFAULT_TEXT_CHARS if show_text else 0,
+                                      seed=seed, consumed_samples=consumed_samples)
     except ValueError as exc:
         _error(visible(exc))
         raise typer.Exit(2) from None
