@@ -373,6 +373,7 @@ def test_open_file_need_and_build_warning():
 
     assert required_open_files(3, 1) == 8 + 64  # ceil(3 * 2 * 1.25) + 64
     assert required_open_files(400, 1) == 1064 and required_open_files(400, 2) == 1564
+    assert required_open_files(3, 1, readers=3) == 23 + 64  # the shard list read 3 times (num_epochs > dp_size)
     assert open_files_warning(384) is None  # 960 + 64 = 1024 fits
     warning = open_files_warning(400)
     assert "400 shards need ~1064 open files" in warning and "ulimit -n 1064" in warning
