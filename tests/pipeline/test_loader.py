@@ -378,6 +378,11 @@ def test_open_file_need_and_build_warning():
     warning = open_files_warning(400)
     assert "400 shards need ~1064 open files" in warning and "ulimit -n 1064" in warning
     assert "output.max_shard_bytes" in warning
+    # how the build shows it: manifest output_warnings, printed under the summary and in report.html
+    from pipeline.cli import warning_lines
+
+    manifest = {"stage_order": ["langid"], "stages": {"langid": {"warnings": ["w1"]}}, "output_warnings": [warning]}
+    assert warning_lines(manifest) == ["warning [langid] w1", f"warning [output] {warning}"]
 
 
 _FD_SCRIPT = """
