@@ -20,7 +20,10 @@ step 0. Rank ``r`` of ``N`` reads with
   ~3.5 s per 12.5 M positions): 8 bytes per position of this rank in Python
   plus 8 in MindSpore's copy while iterating, i.e. O(num_epochs * num_samples
   / dp_size) per rank (MindDataset accepts only its built-in samplers, so an
-  O(1) keyed permutation cannot be handed to it as a function).
+  O(1) keyed permutation cannot be handed to it as a function). When a rank
+  reads more positions than the version has samples, the shard list is given
+  ``readers`` times (MindRecord caps a subset at the files' rows), each copy
+  opened again (:func:`required_open_files`).
 
 **Resume, one mechanism: MindSpore's own ``set_init_step``.** A resume at
 ``start_step`` (or at ``consumed_samples`` after a batch-size ramp-up) builds
