@@ -943,6 +943,10 @@ def manifest_phase(version: str, cfg, config_path: Path, ingested: Ingested, sta
                               accounting=accounting(ingested, staged, assembled), assembled=assembled,
                               code={"ingest": ingested.code, **staged.code, "assemble": assembled["code"]},
                               run={**run, "config_file": str(config_path)})
+    from pipeline.loader import open_files_warning
+
+    # Version-level warnings (not a stage's): a training host must be able to open the shards.
+    manifest["output_warnings"] = [w for w in [open_files_warning(len(manifest["shards"]))] if w]
     manifest = redact(manifest, runlog.secrets)
     write_manifest(manifest, tmp)  # and its digest, manifest.sha256
     runlog.event("manifest_written", None)

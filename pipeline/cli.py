@@ -120,10 +120,13 @@ def summary_table(manifest: dict[str, Any]) -> Table:
 
 def warning_lines(manifest: dict[str, Any]) -> list[str]:
     """``warning [stage] line`` for every stage warning of the manifest
-    (``stages.<name>.warnings``), in stage order: printed under the build
-    summary, so a warning is not only a line of the build log."""
-    return [f"warning [{name}] {line}" for name in manifest.get("stage_order", list(manifest["stages"]))
-            for line in (manifest["stages"][name].get("warnings") or [])]
+    (``stages.<name>.warnings``), in stage order, then ``warning [output]
+    line`` for each of the manifest's ``output_warnings`` (e.g. too many
+    shards for a typical open-file limit): printed under the build summary,
+    so a warning is not only a line of the build log."""
+    lines = [f"warning [{name}] {line}" for name in manifest.get("stage_order", list(manifest["stages"]))
+             for line in (manifest["stages"][name].get("warnings") or [])]
+    return lines + [f"warning [output] {line}" for line in manifest.get("output_warnings") or []]
 
 
 def _tail(text: str, width: int) -> str:
@@ -377,13 +380,18 @@ def lineage(
     full: Annotated[bool, typer.Option(help="with --show-text, also the whole document text")] = False,
     summary: Annotated[bool, typer.Option(help="per step: source/language/bucket mix against the target, "
                                                "and flags for odd samples")] = False,
+    seed: Annotated[int, typer.Option(help="the loader's seed (orders epochs 1, 2, ...)")] = 0,
+    consumed_samples: Annotated[int | None, typer.Option(help="samples trained before STEP (a run whose "
+                                                              "global batch changed)")] = None,
+    epochs: Annotated[int, typer.Option(help="with --doc: list where epochs 0..K-1 read each piece")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
 ) -> None:
     """The documents in a training step's global batch (or steps STEP-K..STEP+K),
-    in loader order; with --doc ID, the samples and steps that hold a document.
-    --show-text and --summary read the shard rows (pipeline.drill)."""
+    in loader order, for a step of any epoch; with --doc ID, the samples and
+    steps that hold a document. --show-text and --summary read the shard rows
+    (pipeline.drill)."""
     from pipeline.lineage import (DEFAULT_TEXT_CHARS, format_document_lineage, format_lineage,
                                   lineage_for_document, lineage_for_step)
 
@@ -400,10 +408,11 @@ def lineage(
     summaries = None
     try:
         if doc is not None:
-            result = lineage_for_document(vdir, doc, global_batch, dp_size,
+            result = lineage_for_document(vdir, doc, global_batch, dp_size, num_epochs=epochs, seed=seed,
                                           text_chars=DEFAULT_TEXT_CHARS if show_text else 0)
         else:
-            result = lineage_for_step(vdir, step, global_batch, dp_size, around=around, text_chars=0)
+            result = lineage_for_step(vdir, step, global_batch, dp_size, around=around, text_chars=0,
+                                      seed=seed, consumed_samples=consumed_samples)
         if show_text or summary:
             from pipeline.drill import attach_text, read_sample_rows, step_summaries
 

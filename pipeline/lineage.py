@@ -25,12 +25,17 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import numpy as np
 import pyarrow.parquet as pq
 
 from common.checks import check_int
 from pipeline import layout
 from pipeline.manifest import load_manifest
-from pipeline.order import check_dp, num_steps, rank_samples
+from pipeline.order import check_dp, epoch_positions, sample_position, step_positions, stream_samples
+
+# Epochs a reverse lookup (--doc) lists at most: each costs one inverse
+# permutation per piece; our bound on the output.
+MAX_LOOKUP_EPOCHS = 64
 
 # id -> first EXCERPT_CHARS characters, sorted by id in small row groups.
 EXCERPT_CHARS = 200
@@ -129,6 +134,34 @@ def read_step_segments(version_dir: Path, first: int, stop: int, manifest: dict[
     return table.sort_by([("sample_index", "ascending"), ("segment", "ascending")])
 
 
+def read_sample_segments(version_dir: Path, sample_indices, manifest: dict[str, Any] | None = None) -> pa.Table:
+    """Lineage rows of the samples ``sample_indices`` (any order, repeats
+    allowed), sorted by ``(sample_index, segment)``. Each part holding one is
+    opened once, and in it only the row groups whose statistics can hold a
+    wanted index are decoded: a step of epoch >= 1 (scattered indices) decodes
+    up to one row group per sample."""
+    version_dir = Path(version_dir)
+    manifest = manifest or load_manifest(version_dir, check_samples=True)
+    wanted = np.unique(np.asarray(list(sample_indices), dtype=np.int64))
+    ends = np.cumsum([int(shard["rows"]) for shard in manifest["shards"]])
+    by_path: dict[Path, list[int]] = {}
+    if (version_dir / layout.LINEAGE).is_dir():
+        for part, index in zip(np.searchsorted(ends, wanted, side="right").tolist(), wanted.tolist()):
+            by_path.setdefault(version_dir / layout.LINEAGE / layout.part_name(part), []).append(index)
+    else:  # manifest format 1: one file
+        by_path[layout.table_file_v1(version_dir, layout.LINEAGE)] = wanted.tolist()
+    tables = []
+    for path, indices in by_path.items():
+        parquet = pq.ParquetFile(path)
+        present = set(parquet.schema_arrow.names)
+        columns = ["sample_index", *SEGMENT_COLUMNS, *(c for c in decision_columns(manifest) if c in present)]
+        groups = sorted({g for i in indices for g in row_groups_for(parquet, "sample_index", i, i)})
+        table = _read_groups(parquet, groups, columns)
+        tables.append(table.filter(pc.is_in(table["sample_index"], value_set=pa.array(indices, pa.int64()))))
+    table = pa.concat_tables(tables, promote_options="default")
+    return table.sort_by([("sample_index", "ascending"), ("segment", "ascending")])
+
+
 def read_document_segments(version_dir: Path, doc_id: str, manifest: dict[str, Any] | None = None) -> pa.Table:
     """Rows of the lineage that hold document ``doc_id`` (every copy, every
     piece), sorted by ``(repeat, doc_token_start)``, from the by-document
@@ -202,16 +235,6 @@ def read_documents(version_dir: Path, ids: list[str], text_chars: int = DEFAULT_
     return found
 
 
-def sample_position(sample_index: int, global_batch: int, dp_size: int = 1) -> dict[str, int]:
-    """Where global sample ``sample_index`` is read (inverse of
-    ``pipeline.order.rank_samples``): ``step``, ``dp_rank`` and ``row`` in that
-    rank's batch. Does not know ``num_samples``: a sample at or past
-    ``num_steps * global_batch`` is in no step (check it first)."""
-    check_dp(global_batch, 0, dp_size)
-    step, offset = divmod(sample_index, global_batch)
-    return {"step": step, "dp_rank": offset % dp_size, "row": offset // dp_size}
-
-
 def lineage_for_step(
     version_dir: str | Path,
     step: int,
@@ -219,15 +242,24 @@ def lineage_for_step(
     dp_size: int = 1,
     text_chars: int = DEFAULT_TEXT_CHARS,
     around: int = 0,
+    seed: int = 0,
+    consumed_samples: int | None = None,
 ) -> list[dict[str, Any]]:
     """The samples of global step ``step`` (or of steps ``step - around`` ..
-    ``step + around``, clipped to the version's steps) and the document pieces
-    in each.
+    ``step + around``, from step 0 on) and the document pieces in each.
+
+    The step may lie in any epoch: its samples are those of stream positions
+    ``[step * global_batch, (step + 1) * global_batch)`` (``pipeline.order``,
+    the definition the loader reads by), or, with ``consumed_samples`` (a run
+    whose batch size changed), of the ``global_batch`` positions from
+    ``consumed_samples`` (steps ``step + k`` then start at ``consumed_samples +
+    k * global_batch``). ``seed`` must be the loader's.
 
     Returns one dict per sample, by step, then in loader order (rank 0's
     samples first, each rank's in its batch order, as
     ``pipeline.order.rank_samples``):
-    ``step``, ``sample_index`` (global row index), ``dp_rank``, ``row`` (row in
+    ``step``, ``epoch``, ``position`` (stream position), ``sample_index``
+    (global row index), ``dp_rank``, ``row`` (row in
     that rank's batch) and ``segments``: a list, in sample order, of dicts with
     ``segment``, ``doc_id``, ``source``, ``file``, ``line``, ``repeat`` (which
     copy of the document), ``doc_token_start``/``doc_token_end`` (token range in
@@ -238,21 +270,37 @@ def lineage_for_step(
 
     Raises:
         FileNotFoundError: no manifest, lineage or documents table.
-        ValueError: bad ``global_batch``/``dp_size``; ``step`` outside
-            ``[0, num_steps)``; ``around < 0``; a sample of the steps without
+        ValueError: bad ``global_batch``/``dp_size``; ``step < 0``; fewer
+            samples than one global batch;
+            ``around < 0``; ``consumed_samples < 0``; a sample of the steps without
             lineage rows; a lineage document missing from documents.parquet.
     """
     version_dir = Path(version_dir)
     check_dp(global_batch, 0, dp_size)
     manifest = load_manifest(version_dir, check_samples=True)
-    steps = num_steps(manifest["num_samples"], global_batch)
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < steps:
-        raise ValueError(f"step must be an int in [0, {steps}) for global_batch {global_batch}, got {step!r}")
+    num_samples = manifest["num_samples"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    if num_samples < global_batch:  # the loader refuses such a version too
+        raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
     check_int("around", around, 0)
-    first_step, last_step = max(0, step - around), min(steps - 1, step + around)
+    check_int("seed", seed, 0)
+    if consumed_samples is not None:
+        check_int("consumed_samples", consumed_samples, 0)
+    first_step, last_step = max(0, step - around), step + around
+    if consumed_samples is not None:
+        first_step = max(first_step, step - consumed_samples // global_batch)
 
-    first = first_step * global_batch
-    segments = read_step_segments(version_dir, first, (last_step + 1) * global_batch, manifest)
+    def start_of(each_step: int) -> int:
+        if consumed_samples is None:
+            return each_step * global_batch
+        return consumed_samples + (each_step - step) * global_batch
+
+    steps = range(first_step, last_step + 1)
+    positions = {s: step_positions(s, global_batch, start_of(s)) for s in steps}
+    samples = {s: stream_samples(np.arange(p.start, p.stop), num_samples, seed).tolist()
+               for s, p in positions.items()}
+    segments = read_sample_segments(version_dir, [i for v in samples.values() for i in v], manifest)
     # Versions built since lineage carries the decisions need documents.parquet
     # only for the text; older ones for both.
     decided = decision_columns(manifest)
@@ -272,14 +320,16 @@ def lineage_for_step(
         by_sample.setdefault(row["sample_index"], []).append(segment)
 
     records = []
-    for each_step in range(first_step, last_step + 1):
+    for each_step in steps:
         for dp_rank in range(dp_size):
-            for row_in_batch, sample_index in enumerate(rank_samples(each_step, global_batch, dp_rank, dp_size)):
+            for row_in_batch, offset in enumerate(range(dp_rank, global_batch, dp_size)):
+                position, sample_index = positions[each_step][offset], samples[each_step][offset]
                 if sample_index not in by_sample:
                     raise ValueError(f"{version_dir / layout.LINEAGE}: no rows for sample {sample_index} "
                                      f"of step {each_step}")
                 records.append({
-                    "step": each_step, "sample_index": sample_index, "dp_rank": dp_rank,
+                    "step": each_step, "epoch": position // num_samples, "position": position,
+                    "sample_index": sample_index, "dp_rank": dp_rank,
                     "row": row_in_batch, "segments": by_sample[sample_index], "display": display,
                 })
     return records
@@ -291,6 +341,8 @@ def lineage_for_document(
     global_batch: int,
     dp_size: int = 1,
     text_chars: int = DEFAULT_TEXT_CHARS,
+    num_epochs: int = 1,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """The reverse lookup: the samples and steps that hold document ``doc_id``.
 
@@ -298,8 +350,11 @@ def lineage_for_document(
         ``{"doc_id", "document": {decisions of decision_columns(manifest), text_excerpt}
         or None when no sample holds it, "pieces": [...]}``; one piece per
         (copy, sample) in (repeat, doc_token_start) order, with
-        ``sample_index``, ``step`` (None when the sample lies in the unused
-        tail past the last complete step), ``dp_rank``, ``row``, ``segment``,
+        ``sample_index``, ``step``, ``dp_rank``, ``row`` (where epoch 0 reads
+        it; a sample of the last incomplete batch of epoch 0 is in the step
+        that completes it with epoch 1's first samples), ``epochs`` (one
+        ``{"epoch", "position", "step", "dp_rank", "row"}`` per epoch
+        ``0 .. num_epochs - 1``, for the loader's ``seed``), ``segment``,
         ``repeat``, ``doc_token_start``/``doc_token_end``,
         ``sample_token_start``/``sample_token_end``, ``source``, ``file``,
         ``line``. An id that is in no sample (dropped, not sampled, or only in
@@ -307,19 +362,25 @@ def lineage_for_document(
 
     Raises:
         FileNotFoundError: no manifest or lineage.
-        ValueError: bad ``global_batch``/``dp_size``.
+        ValueError: bad ``global_batch``/``dp_size``; ``num_epochs`` outside
+            ``[1, MAX_LOOKUP_EPOCHS]``; ``seed < 0``.
     """
     version_dir = Path(version_dir)
     check_dp(global_batch, 0, dp_size)
+    check_int("num_epochs", num_epochs, 1)
+    if num_epochs > MAX_LOOKUP_EPOCHS:
+        raise ValueError(f"num_epochs must be <= {MAX_LOOKUP_EPOCHS}, got {num_epochs}")
+    check_int("seed", seed, 0)
     manifest = load_manifest(version_dir, check_samples=True)
-    used = num_steps(manifest["num_samples"], global_batch) * global_batch
     segments = read_document_segments(version_dir, doc_id, manifest)
     pieces = []
     for row in segments.to_pylist():
-        where = sample_position(row["sample_index"], global_batch, dp_size)
-        if row["sample_index"] >= used:
-            where = {"step": None, "dp_rank": None, "row": None}
-        pieces.append({"sample_index": row["sample_index"], **where,
+        epochs = []
+        for epoch, position in enumerate(epoch_positions(row["sample_index"], manifest["num_samples"],
+                                                         num_epochs, seed)):
+            epochs.append({"epoch": epoch, "position": position, **sample_position(position, global_batch, dp_size)})
+        pieces.append({"sample_index": row["sample_index"],
+                       **{k: epochs[0][k] for k in ("step", "dp_rank", "row")}, "epochs": epochs,
                        **{k: row[k] for k in SEGMENT_COLUMNS if k != "doc_id"}})
     document = None
     if pieces:
@@ -330,14 +391,19 @@ def lineage_for_document(
 
 def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> str:
     """A plain-text table of :func:`lineage_for_document`: one line per piece
-    (step, rank, row, sample, segment, copy, token ranges), then the
+    (step, rank, row in epoch 0, sample, segment, copy, token ranges, and,
+    when more epochs were asked for, where each later epoch reads it), then the
     document's decisions (and its text excerpt with ``show_text``)."""
-    header = ["step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok"]
+    later = any(len(p.get("epochs") or []) > 1 for p in result["pieces"])
+    header = ["step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok",
+              *(["later epochs (epoch:step/rank/row)"] if later else [])]
     lines = [header]
     for p in result["pieces"]:
         lines.append([_fmt(p["step"]), _fmt(p["dp_rank"]), _fmt(p["row"]), str(p["sample_index"]),
                       str(p["segment"]), str(p["repeat"]), f"{p['doc_token_start']}-{p['doc_token_end']}",
-                      f"{p['sample_token_start']}-{p['sample_token_end']}"])
+                      f"{p['sample_token_start']}-{p['sample_token_end']}",
+                      *([" ".join(f"{e['epoch']}:{e['step']}/{e['dp_rank']}/{e['row']}"
+                                  for e in p["epochs"][1:])] if later else [])])
     widths = [max(_cell_width(line[i]) for line in lines) for i in range(len(header))]
     out = ["  ".join(c + " " * (w - _cell_width(c)) for c, w in zip(line, widths)).rstrip() for line in lines]
     doc = result["document"]
@@ -348,7 +414,7 @@ def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> 
         decided = "; ".join(f"{stage} " + " ".join(f"{col.split('_', 1)[-1]} {_fmt(doc.get(col), digits)}"
                                                   for col, digits in cols)
                             for stage, cols in result.get("display") or [])
-        out.append(f"{result['doc_id']}: {len(result['pieces'])} pieces in steps {steps}; {decided}")
+        out.append(f"{result['doc_id']}: {len(result['pieces'])} pieces in steps {steps} (epoch 0); {decided}")
         if show_text:
             out.append(" ".join((doc.get("text_excerpt") or "").split()))
     return "\n".join(out) + "\n"

@@ -1,18 +1,41 @@
 """``create_dataset``: a ``mindspore.dataset`` pipeline over a published version.
 
-Each rank reads exactly its rows of the steps it still has to train, in the
-order of ``pipeline.order``: shards in manifest order, no shuffle at read time
-(the samples were shuffled globally at build time), no wrap-around duplicates,
-and a resume at ``start_step`` that does not read the skipped rows.
+Each rank reads exactly its rows of the run's sample stream
+(``pipeline.order``: epoch 0 in the build-time shuffled order, each later
+epoch in its own seeded permutation, global step ``g`` = stream positions
+``[g * global_batch, (g + 1) * global_batch)``), no shuffle at read time, no
+wrap-around duplicates.
 
-How: rank ``r`` of ``N`` is a ``DistributedSampler(N, r, shuffle=False)`` whose
-child is a ``SequentialSampler(start_index=start_step * global_batch,
-num_samples=(num_steps - start_step) * global_batch)``. The child yields the
-remaining complete steps' rows in order; the parent keeps every N-th of them
-starting at r, i.e. ``pipeline.order.rank_samples`` for each step. Because the
-child's count is a multiple of N, the parent never pads by wrapping around.
-Both samplers are O(1) in memory, unlike a ``SubsetSampler`` over an explicit
-index list (~0.5 s and a Python list per million rows, measured).
+One dataset is the whole planned run: ``num_epochs`` passes over the version,
+``num_steps(num_samples, global_batch, num_epochs)`` batches when started at
+step 0. Rank ``r`` of ``N`` reads with
+
+* epoch 0 only (``num_epochs=1``): ``DistributedSampler(N, r, shuffle=False)``
+  whose child is ``SequentialSampler(start_index=first, num_samples=batches *
+  global_batch)``: O(1) memory (a ``SubsetSampler`` over explicit indices costs
+  ~0.5 s and a Python list per million rows, measured);
+* several epochs: a ``SubsetSampler`` holding this rank's sample index for
+  each of its stream positions as one int64 numpy array
+  (:class:`StreamSampler`, computed by ``pipeline.order.stream_samples`` in
+  ~3.5 s per 12.5 M positions): 8 bytes per position of this rank in Python
+  plus 8 in MindSpore's copy while iterating, i.e. O(num_epochs * num_samples
+  / dp_size) per rank (MindDataset accepts only its built-in samplers, so an
+  O(1) keyed permutation cannot be handed to it as a function). When a rank
+  reads more positions than the version has samples, the shard list is given
+  ``readers`` times (MindRecord caps a subset at the files' rows), each copy
+  opened again (:func:`required_open_files`).
+
+**Resume, one mechanism: MindSpore's own ``set_init_step``.** A resume at
+``start_step`` (or at ``consumed_samples`` after a batch-size ramp-up) builds
+the same dataset as a fresh run and calls MindSpore's ``set_init_step`` on it:
+the dataset keeps the full run's size, ``get_init_step()`` reports the step
+(MindSpore's ``Model.train`` aligns its sink epochs on it), and MindSpore 2.10
+moves the skip into the sampler (fast recovery), so the skipped rows are not
+read (~0.1-0.3 s to the first batch at any depth, measured). The returned
+dataset's ``set_init_step`` is guarded: on a fresh dataset it validates the
+step and applies it the same way (mindformers' trainer calls it on resume);
+once a resume is applied, a further call is a no-op with a
+:class:`ResumeWarning`, so no step is skipped twice.
 
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
 document boundaries were added, ``actual_seq_len`` (int32[width]: where
@@ -23,8 +46,9 @@ holds ``input_ids`` only.
 
 Before MindSpore opens a shard, every shard and ``.db`` must exist with the
 manifest's byte size (a truncated or replaced shard is caught by default), the
-manifest must match its digest ``manifest.sha256`` when present, and with
-``check_sha256=True`` every shard's SHA-256 must equal the manifest's.
+manifest must match its digest ``manifest.sha256`` when present, with
+``check_sha256=True`` every shard's SHA-256 must equal the manifest's, and
+the process's open-file limit must cover the shards (:func:`check_open_files`).
 
 Imports nothing from ``stages/``. MindSpore is imported inside
 :func:`create_dataset`, so finding a version
@@ -35,7 +59,11 @@ for the lineage lookup and the CLI.
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
+import types
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +74,103 @@ from common.io import sha256_file
 from pipeline import layout
 from pipeline.location import resolve_version
 from pipeline.manifest import load_manifest
-from pipeline.order import check_dp, num_steps
+from pipeline.order import check_dp, num_steps, stream_samples
 
 COLUMN = "input_ids"
+log = logging.getLogger(__name__)
+
+# Open files MindDataset keeps per shard while iterating: 2 with 1 worker, 3
+# with 2 (counted in /proc/self/fd over a 40-shard version, MindSpore 2.10,
+# sequential and subset samplers alike; docs/loader_and_lineage.md). Taken as
+# 1 + num_parallel_workers, an extrapolation beyond 2 workers.
+FILES_PER_SHARD_BASE = 1
+# Head room on top: 25 % and 64 descriptors for the rest of the training
+# process (logs, checkpoints, sockets, a second dataset); our choice.
+OPEN_FILES_MARGIN = 1.25
+OPEN_FILES_RESERVE = 64
+# The soft limit most Linux distributions start a shell with (systemd,
+# /etc/security/limits.conf defaults); what the builder warns against.
+TYPICAL_OPEN_FILES_LIMIT = 1024
+
+
+class ResumeWarning(UserWarning):
+    """A resume request that was ignored because the dataset already resumed."""
+
+
+def required_open_files(num_shards: int, num_parallel_workers: int = 1, readers: int = 1) -> int:
+    """Open files one rank needs to read ``num_shards`` shards through
+    ``readers`` MindDatasets (each opens every shard; see
+    :func:`create_dataset`): ``ceil(readers * num_shards * (1 +
+    num_parallel_workers) * 1.25) + 64`` (per-shard count measured, margin and
+    reserve our choice: see the constants).
+
+    Raises:
+        ValueError: ``num_shards < 0``, ``num_parallel_workers < 1`` or ``readers < 1``.
+    """
+    check_int("num_shards", num_shards, 0)
+    check_int("num_parallel_workers", num_parallel_workers, 1)
+    check_int("readers", readers, 1)
+    per_shard = FILES_PER_SHARD_BASE + num_parallel_workers
+    return -(-readers * num_shards * per_shard * int(OPEN_FILES_MARGIN * 100) // 100) + OPEN_FILES_RESERVE
+
+
+def open_files_warning(num_shards: int, limit: int = TYPICAL_OPEN_FILES_LIMIT) -> str | None:
+    """The builder's warning when reading ``num_shards`` shards with one worker
+    needs more than ``limit`` open files (None when it fits)."""
+    need = required_open_files(num_shards, 1)
+    if need <= limit:
+        return None
+    return (f"{num_shards} shards need ~{need} open files per rank to read (MindDataset keeps 2-3 per shard), "
+            f"over the common limit of {limit}: raise it on the training hosts (ulimit -n {need}) or build "
+            f"fewer, bigger shards (output.max_shard_bytes)")
+
+
+def check_open_files(num_shards: int, num_parallel_workers: int = 1, readers: int = 1) -> int:
+    """Make sure this process may open the files reading ``num_shards`` shards
+    (through ``readers`` MindDatasets) needs (:func:`required_open_files`).
+    When the soft ``RLIMIT_NOFILE`` is
+    lower, raise it (up to the hard limit; logged at INFO); return the soft
+    limit in force.
+
+    Raises:
+        OSError: the hard limit (or, if raising fails, the soft limit) is below
+            the need; the message names the shards, the need, both limits and
+            the fixes (``ulimit -n``, fewer bigger shards via
+            ``output.max_shard_bytes``).
+    """
+    need = required_open_files(num_shards, num_parallel_workers, readers)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return soft
+    fix = (f"reading {num_shards} shards{f' x {readers} readers' if readers > 1 else ''} with "
+           f"{num_parallel_workers} worker(s) needs ~{need} open files "
+           f"(MindDataset keeps {FILES_PER_SHARD_BASE + num_parallel_workers} per shard, plus margin), "
+           f"the soft limit is {soft} and the hard limit {'unlimited' if hard == resource.RLIM_INFINITY else hard}: "
+           f"run 'ulimit -n {need}' (or raise the hard limit in /etc/security/limits.conf) before training, "
+           f"or rebuild with fewer, bigger shards (output.max_shard_bytes)")
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise OSError(fix)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    except (ValueError, OSError) as exc:
+        raise OSError(f"{fix} (raising the soft limit failed: {exc})") from None
+    log.info("raised the open-file soft limit from %d to %d for %d shards", soft, need, num_shards)
+    return need
+
+
+def _stream_sampler(indices: np.ndarray):
+    """A ``SubsetSampler`` over ``indices`` (int64[n]) that keeps the numpy
+    array (MindSpore's own constructor turns it into a Python list, checking
+    every element: ~2 s and ~36 bytes per index). MindDataset accepts only its
+    built-in sampler classes, hence a subclass."""
+    from mindspore.dataset.engine import samplers
+
+    class StreamSampler(samplers.SubsetSampler):
+        def __init__(self, ids: np.ndarray):  # pylint: disable=super-init-not-called
+            self.indices = ids
+            samplers.BuiltinSampler.__init__(self, None)
+
+    return StreamSampler(np.ascontiguousarray(indices, dtype=np.int64))
 
 
 def _shard_path(version_dir: Path, name: str) -> Path:
@@ -123,8 +245,11 @@ def create_dataset(
     columns: list[str] | tuple[str, ...] | None = None,
     check_sha256: bool = False,
     config: str | Path | None = None,
+    num_epochs: int = 1,
+    consumed_samples: int | None = None,
 ):
-    """A ``mindspore.dataset`` pipeline yielding rank ``dp_rank``'s batches.
+    """A ``mindspore.dataset`` pipeline yielding rank ``dp_rank``'s batches of
+    the whole planned run.
 
     Each item is ``{"input_ids": int32[global_batch // dp_size, seq_length + 1],
     "actual_seq_len": int32[global_batch // dp_size, width]}`` (the columns the
@@ -132,12 +257,22 @@ def create_dataset(
     row: the model takes ``input_ids[:, :-1]`` as inputs and ``[:, 1:]`` as
     labels; ``actual_seq_len`` row ``i`` lists the ends of the documents in
     row ``i``'s inputs, last = seq_length, padded by repeating it). With the
-    tuple iterator, ``batch[0]`` is always ``input_ids``. Batch ``i`` of the dataset is global step
-    ``start_step + i``, holding ``pipeline.order.rank_samples(start_step + i,
-    global_batch, dp_rank, dp_size)`` in that order. The dataset has
-    ``num_steps(num_samples, global_batch) - start_step`` batches, the same on
-    every rank; iterating it again (a further epoch) repeats those steps.
-    Do not also call ``set_init_step`` on it: the resume is already applied.
+    tuple iterator, ``batch[0]`` is always ``input_ids``.
+
+    Batch ``i`` of the dataset (counting from 0 at the stream's start, as
+    MindSpore's ``set_init_step`` does) holds the stream positions ``first +
+    i * global_batch + dp_rank + k * dp_size``, ``first = consumed_samples %
+    global_batch`` (0 without ``consumed_samples``): with ``start_step``,
+    batch ``i`` is global step ``i``, i.e.
+    ``pipeline.order.rank_samples(i, global_batch, dp_rank, dp_size,
+    num_samples, seed)``. The dataset has ``(num_epochs * num_samples -
+    first) // global_batch`` batches, the same on every rank, and a resume
+    starts the iterator at batch ``start_step`` (or ``consumed_samples //
+    global_batch``) through MindSpore's ``set_init_step``: iteration yields
+    only the remaining batches, ``get_dataset_size()`` stays the full count,
+    ``get_init_step()`` is the resume step. Iterating the dataset a second
+    time (``num_epochs=2`` on the iterator, or a trainer's epoch loop) repeats
+    the run from the start: let ``num_epochs`` here cover the whole run.
 
     Args:
         version: a version name under ``corpora_root`` or a version directory.
@@ -150,11 +285,11 @@ def create_dataset(
             16 is MindSpore's own default. Set through
             ``mindspore.dataset.config.set_prefetch_size``, which is
             process-global in MindSpore 2.10.
-        seed: reserved. The read order does not depend on it (the samples were
-            shuffled with the build seed); accepted so callers can pass their
-            run seed without a signature change when a read-time option needs one.
-        start_step: first global step to yield (resume); its rows and those of
-            later steps are the only rows read.
+        seed: keys the permutations of epochs 1, 2, ... (``pipeline.order``);
+            epoch 0 is the build's order whatever the seed. ``lineage`` must
+            be given the same seed for steps past epoch 0.
+        start_step: resume at this global step (all steps of ``global_batch``
+            so far). Must be < the run's step count.
         corpora_root: where version names are looked up; default
             ``$MINDCORPUS_CORPORA_DIR``, else the config's ``corpora_dir``
             (see :func:`pipeline.location.resolve_version`; the rule ``build`` uses).
@@ -168,16 +303,25 @@ def create_dataset(
             present), every file's presence, each shard's byte size and row
             count are checked.
         config: the config whose ``corpora_dir`` applies (as ``--config``).
+        num_epochs: passes over the version the run may take (1 = the
+            version once, as before); the stream ends after the last complete
+            global batch of ``num_epochs * num_samples`` samples.
+        consumed_samples: resume after this many samples (the sum of the
+            global batches trained so far, e.g. after a batch-size ramp-up);
+            exclusive with ``start_step``.
 
     Raises:
         FileNotFoundError: no such version, or a shard file or ``.db`` missing.
+        OSError: the open-file limit cannot cover the shards
+            (:func:`check_open_files`).
         ValueError: a corrupt or edited manifest (its digest differs), a
             shard whose size (or, with ``check_sha256``, digest) differs from
             the manifest, bad ``global_batch``/``dp_rank``/``dp_size`` (see
             ``pipeline.order.check_dp``), ``num_parallel_workers`` outside
             ``[1, os.cpu_count()]``, ``prefetch_size < 1``, ``seed < 0``,
-            fewer samples than one global batch, ``start_step`` not in
-            ``[0, num_steps)``, or a manifest/shard mismatch.
+            ``num_epochs < 1``, both ``start_step`` and ``consumed_samples``,
+            fewer samples than one global batch, a resume at or past the
+            run's last step, or a manifest/shard mismatch.
         TypeError: a non-int ``global_batch``/``dp_rank``/``dp_size``.
         KeyError: a requested column the version does not store.
     """
@@ -189,16 +333,24 @@ def create_dataset(
     check_int("prefetch_size", prefetch_size, 1)
     check_int("seed", seed, 0)
     check_int("start_step", start_step, 0)
+    check_int("num_epochs", num_epochs, 1)
+    if consumed_samples is not None:
+        check_int("consumed_samples", consumed_samples, 0)
+        if start_step:
+            raise ValueError("give start_step or consumed_samples, not both")
+    position = start_step * global_batch if consumed_samples is None else consumed_samples
 
     version_dir = resolve_version(version, corpora_root, config)
     manifest = load_manifest(version_dir, require_digest=check_sha256, check_samples=True)
-    steps = num_steps(manifest["num_samples"], global_batch)
-    if steps == 0:
-        raise ValueError(
-            f"{version_dir}: {manifest['num_samples']} samples hold no complete global batch of {global_batch}"
-        )
-    if start_step >= steps:
-        raise ValueError(f"start_step {start_step} is past the last step ({steps - 1}) of {version_dir}")
+    num_samples = manifest["num_samples"]
+    if num_steps(num_samples, global_batch) == 0:
+        raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
+    first, init_step = position % global_batch, position // global_batch
+    batches = (num_epochs * num_samples - first) // global_batch
+    if init_step >= batches:
+        what = f"start_step {start_step}" if consumed_samples is None else f"consumed_samples {consumed_samples}"
+        raise ValueError(f"{what} is past the last step ({batches - 1}) of {num_epochs} epoch(s) of {version_dir} "
+                         f"at global_batch {global_batch}")
     stored = stored_columns(manifest)
     if columns is None:
         columns = list(stored)
@@ -206,26 +358,71 @@ def create_dataset(
     unknown = [c for c in columns if c not in stored]
     if unknown or not columns:
         raise KeyError(f"{version_dir}: no column(s) {unknown or columns}; stored: {list(stored)}")
+    one_epoch = first + batches * global_batch <= num_samples
+    rank_positions = batches * per_rank_batch
+    # MindRecord refuses a SubsetSampler with more indices than the files it
+    # reads hold rows (measured), so the shard list is given `readers` times
+    # (the indices stay < num_samples: rows of the first copy); each copy is
+    # opened again. One MindDataset, not a concatenation of several: MindSpore
+    # moves set_init_step's skip into the sampler of a single MindDataset, but
+    # reads the skipped rows through a ConcatDataset (219 s instead of 0.2 s to
+    # step 5000 at batch 512; measured, docs/loader_and_lineage.md).
+    readers = 1 if one_epoch else -(-rank_positions // num_samples)
+    check_open_files(len(manifest["shards"]), num_parallel_workers, readers)
     paths = check_shards(version_dir, manifest, check_sha256=check_sha256)
 
     import mindspore.dataset as ds
 
     ds.config.set_prefetch_size(prefetch_size)
-    sampler = ds.DistributedSampler(num_shards=dp_size, shard_id=dp_rank, shuffle=False)
-    sampler.add_child(
-        ds.SequentialSampler(start_index=start_step * global_batch, num_samples=(steps - start_step) * global_batch)
-    )
-    dataset = ds.MindDataset(paths, columns_list=columns, sampler=sampler, num_parallel_workers=num_parallel_workers)
+    if one_epoch:  # O(1) built-in samplers
+        sampler = ds.DistributedSampler(num_shards=dp_size, shard_id=dp_rank, shuffle=False)
+        sampler.add_child(ds.SequentialSampler(start_index=first, num_samples=batches * global_batch))
+    else:
+        positions = np.arange(first + dp_rank, first + batches * global_batch, dp_size, dtype=np.int64)
+        sampler = _stream_sampler(stream_samples(positions, num_samples, seed))
+        del positions
+    dataset = ds.MindDataset(paths * readers, columns_list=columns, sampler=sampler,
+                             num_parallel_workers=num_parallel_workers)
     dataset = dataset.batch(per_rank_batch, drop_remainder=True, num_parallel_workers=num_parallel_workers)
     # MindDataset requires identical metadata (schema included) in all files, so
     # one look at the first batch checks every shard's row length (~0.2 s).
-    shapes, types = dataset.output_shapes(), dataset.output_types()
+    shapes, types_ = dataset.output_shapes(), dataset.output_types()
     expected = [[per_rank_batch, *stored[c]] for c in columns]
-    if shapes != expected or types != [np.int32] * len(columns):
+    if shapes != expected or types_ != [np.int32] * len(columns):
         want = ", ".join(f"{c} int32{e}" for c, e in zip(columns, expected))
-        raise ValueError(f"{version_dir}: batches are {types}{shapes}, expected int32{expected[0]} "
+        raise ValueError(f"{version_dir}: batches are {types_}{shapes}, expected int32{expected[0]} "
                          f"({want}) from the manifest")
+    _guard_resume(dataset, batches, f"{version_dir.name} rank {dp_rank}/{dp_size}")
+    if init_step:
+        dataset.set_init_step(init_step)
     return dataset
+
+
+def _guard_resume(dataset, batches: int, name: str) -> None:
+    """Replace ``dataset.set_init_step`` by a guard: the first call with a
+    step > 0 validates it (``0 <= step < batches``) and applies it with
+    MindSpore's own method; any later call is a no-op with a ResumeWarning
+    (logged too), so a trainer that also resumes cannot skip twice."""
+    native = type(dataset).set_init_step
+
+    def set_init_step(self, init_step):
+        applied = getattr(self, "_mindcorpus_init_step", 0)
+        if applied:
+            message = (f"{name}: set_init_step({init_step}) ignored: this dataset already resumed at step "
+                       f"{applied} (create_dataset start_step/consumed_samples or an earlier set_init_step); "
+                       f"applying it again would skip {init_step} more steps")
+            warnings.warn(message, ResumeWarning, stacklevel=2)
+            log.warning(message)
+            return
+        if isinstance(init_step, bool) or not isinstance(init_step, (int, np.integer)) \
+                or not 0 <= int(init_step) < batches:
+            raise ValueError(f"{name}: set_init_step needs an int in [0, {batches}), got {init_step!r}")
+        if int(init_step):
+            native(self, int(init_step))
+            self._mindcorpus_init_step = int(init_step)
+            log.info("%s: resuming at step %d of %d", name, int(init_step), batches)
+
+    dataset.set_init_step = types.MethodType(set_init_step, dataset)
 
 
 def stored_columns(manifest: dict[str, Any]) -> dict[str, list[int]]:

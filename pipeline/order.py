@@ -4,29 +4,60 @@ Samples are numbered by their global row index in the version's shards (shards
 in manifest order, rows in file order). They were globally shuffled when the
 version was built, so reading them in index order is a random order.
 
-* Global step ``s`` is the ``global_batch`` consecutive samples
-  ``[s * global_batch, (s + 1) * global_batch)``.
-* The incomplete tail (``num_samples % global_batch`` samples) is never used:
-  no step wraps around to the start, so no sample is seen twice in one pass.
-* Within a step, data-parallel rank ``r`` of ``dp_size`` gets every
-  ``dp_size``-th sample starting at ``r``:
-  ``s * global_batch + r + k * dp_size`` for ``k = 0 .. global_batch // dp_size - 1``.
-  This is the layout of MindSpore's ``DistributedSampler(shuffle=False)``
-  (rank r reads rows r, r + N, ...), which lets ``pipeline.loader`` express a
-  rank's rows with two O(1) samplers instead of a list of indices.
+**One sample stream, epoch after epoch.** Stream position ``q`` (0, 1, 2, ...)
+is in epoch ``e = q // num_samples`` at offset ``p = q % num_samples`` and
+holds sample ``epoch_sample(p, e)``:
 
-Epochs: there is no epoch parameter. One pass is ``num_steps`` steps; a job that
-trains past it re-reads the same pre-shuffled order (acceptable for now:
-pretraining usually runs under one epoch, and repeats chosen by the mixture are
-already materialised as separate samples at build time).
+* epoch 0 reads the samples in index order (``p`` itself): the build-time
+  shuffle, so a version's first pass and its lineage are what they always were;
+* epoch ``e >= 1`` reads them in a seeded pseudo-random permutation of
+  ``[0, num_samples)``: a keyed 8-round Feistel network on the smallest even
+  number of bits covering ``num_samples``, with cycle-walking to stay inside
+  the domain (Black and Rogaway, "Ciphers with Arbitrary Finite Domains",
+  CT-RSA 2002; Luby and Rackoff 1988 for the Feistel construction; the same
+  idea as format-preserving encryption, NIST SP 800-38G). Round keys come from
+  BLAKE2b of ``(seed, epoch)``; the round function is the splitmix64 finaliser
+  (Steele, Lea and Flood, OOPSLA 2014). Sample-at-position and its inverse are
+  O(1) per index, vectorised in numpy, and no permutation is stored. The
+  permutation is a bijection by construction, not a uniformly random one;
+  it only has to break the co-occurrence of samples between epochs (their
+  content order is already random from the build shuffle).
 
-Pure Python (and :mod:`common.checks`); imported by the loader, the lineage lookup
-and the CLI.
+**Steps.** Global step ``g`` is stream positions ``[g * global_batch,
+(g + 1) * global_batch)``. Nothing is dropped at an epoch's end: the last
+incomplete batch of epoch ``e`` is completed with the first samples of epoch
+``e + 1`` (as Megatron-LM's multi-epoch sample index does), so every sample is
+read once per epoch and none is lost forever. For ``global_step <
+num_samples // global_batch`` this is exactly the old order. A step that
+straddles an epoch boundary may, rarely, hold one sample twice (once from each
+epoch); the stream only ends after the run's last complete step.
+
+A resume from ``consumed_samples`` (batch-size ramp-up: the sum of the global
+batches trained so far) starts at stream position ``consumed_samples``; a
+resume from ``start_step`` with one global batch is position
+``start_step * global_batch``. Both continue the same stream.
+
+**Ranks.** Within a step starting at position ``q0``, data-parallel rank ``r``
+of ``dp_size`` gets positions ``q0 + r + k * dp_size`` for ``k = 0 ..
+global_batch // dp_size - 1``: MindSpore's ``DistributedSampler(shuffle=False)``
+layout (rank r reads rows r, r + N, ...).
+
+Pure Python, numpy and :mod:`common.checks`; imported by the loader, the lineage
+lookup and the CLI.
 """
 
 from __future__ import annotations
 
+import hashlib
+from typing import Iterable
+
+import numpy as np
+
 from common.checks import check_int
+
+FEISTEL_ROUNDS = 8  # 4 suffice for a pseudo-random permutation (Luby-Rackoff); 8 for margin
+ORDER_VERSION = "mindcorpus-order-v1"  # part of every round key: a new order scheme gets a new name
+_CHUNK = 1 << 16  # indices per vectorised piece (512 KiB of uint64: stays in cache)
 
 
 def check_dp(global_batch: int, dp_rank: int, dp_size: int) -> int:
@@ -48,43 +79,183 @@ def check_dp(global_batch: int, dp_rank: int, dp_size: int) -> int:
     return global_batch // dp_size
 
 
-def num_steps(num_samples: int, global_batch: int) -> int:
-    """Number of complete global steps in ``num_samples`` samples:
-    ``num_samples // global_batch`` (the incomplete tail is dropped, never wrapped).
+def num_steps(num_samples: int, global_batch: int, num_epochs: int = 1) -> int:
+    """Number of complete global steps in ``num_epochs`` passes over
+    ``num_samples`` samples: ``num_epochs * num_samples // global_batch``
+    (only the stream's very end is dropped, never wrapped).
 
     Raises:
-        TypeError / ValueError: ``num_samples < 0`` or ``global_batch < 1``.
+        TypeError / ValueError: ``num_samples < 0``, ``global_batch < 1`` or
+            ``num_epochs < 1``.
     """
     check_int("num_samples", num_samples, 0, type_error=True)
     check_int("global_batch", global_batch, 1, type_error=True)
-    return num_samples // global_batch
+    check_int("num_epochs", num_epochs, 1, type_error=True)
+    return num_epochs * num_samples // global_batch
 
 
-def step_samples(step: int, global_batch: int) -> range:
-    """Global sample indices of step ``step``:
-    ``range(step * global_batch, (step + 1) * global_batch)``.
+def _round_keys(seed: int, epoch: int) -> np.ndarray:
+    """uint64[FEISTEL_ROUNDS]: the round keys of epoch ``epoch`` under ``seed``
+    (BLAKE2b of ``ORDER_VERSION:seed:epoch``; the same on every platform)."""
+    digest = hashlib.blake2b(f"{ORDER_VERSION}:{seed}:{epoch}".encode(), digest_size=8 * FEISTEL_ROUNDS).digest()
+    return np.frombuffer(digest, dtype="<u8").astype(np.uint64)
 
-    Does not know ``num_samples``; check ``step < num_steps(...)`` first.
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _half_bits(num_samples: int) -> int:
+    """Bits per Feistel half: the domain is ``[0, 4 ** h)``, ``4 ** h >= num_samples``,
+    so fewer than 4 of 4 ** h points lie outside per point inside (cycle-walking
+    needs < 4 rounds of the network per index on average)."""
+    return max(1, ((max(num_samples - 1, 1)).bit_length() + 1) // 2)
+
+
+def _feistel(x: np.ndarray, keys: np.ndarray, half: int, inverse: bool) -> np.ndarray:
+    mask = np.uint64((1 << half) - 1)
+    shift = np.uint64(half)
+    left, right = x >> shift, x & mask
+    if not inverse:
+        for key in keys:
+            left, right = right, left ^ (_mix(right ^ key) & mask)
+    else:
+        for key in keys[::-1]:
+            left, right = right ^ (_mix(left ^ key) & mask), left
+    return (left << shift) | right
+
+
+def _permute(offsets: np.ndarray, num_samples: int, seed: int, epoch: int, inverse: bool) -> np.ndarray:
+    """The epoch's permutation (or its inverse) of ``offsets`` in ``[0, num_samples)``."""
+    keys = _round_keys(seed, epoch)
+    half = _half_bits(num_samples)
+    out = np.empty(len(offsets), dtype=np.int64)
+    with np.errstate(over="ignore"):
+        for first in range(0, len(offsets), _CHUNK):  # cache-sized pieces: ~2x faster than whole arrays
+            chunk = _feistel(offsets[first:first + _CHUNK].astype(np.uint64), keys, half, inverse)
+            outside = np.flatnonzero(chunk >= np.uint64(num_samples))
+            while outside.size:  # cycle-walking: apply again until inside the domain
+                chunk[outside] = _feistel(chunk[outside], keys, half, inverse)
+                outside = outside[chunk[outside] >= np.uint64(num_samples)]
+            out[first:first + _CHUNK] = chunk
+    return out
+
+
+def stream_samples(positions: Iterable[int] | np.ndarray, num_samples: int, seed: int = 0) -> np.ndarray:
+    """Sample index at each stream position: int64[n] for int64[n] positions.
+
+    ``position // num_samples`` is the epoch, ``position % num_samples`` the
+    offset in it; epoch 0 maps the offset to itself, epoch ``e >= 1`` through
+    its keyed permutation. O(1) memory per index beyond the in/out arrays; 3.5 s
+    for 12.5 M indices of a 100 M-sample epoch (numpy, 8 rounds, 2-CPU dev machine, measured).
 
     Raises:
-        TypeError / ValueError: ``step < 0`` or ``global_batch < 1``.
+        TypeError / ValueError: ``num_samples < 1``, ``seed < 0``, a negative position.
+    """
+    check_int("num_samples", num_samples, 1, type_error=True)
+    check_int("seed", seed, 0, type_error=True)
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if positions.size and int(positions.min()) < 0:
+        raise ValueError(f"stream positions must be >= 0, got {int(positions.min())}")
+    epochs, offsets = np.divmod(positions, num_samples)
+    out = offsets.copy()
+    for epoch in np.unique(epochs):
+        if epoch == 0:
+            continue
+        where = epochs == epoch
+        out[where] = _permute(offsets[where], num_samples, seed, int(epoch), inverse=False)
+    return out
+
+
+def epoch_positions(sample_index: int, num_samples: int, num_epochs: int, seed: int = 0) -> list[int]:
+    """Stream positions of sample ``sample_index`` in epochs ``0 .. num_epochs - 1``
+    (one per epoch, ascending): the inverse of :func:`stream_samples`.
+
+    Raises:
+        TypeError / ValueError: ``sample_index`` outside ``[0, num_samples)``,
+            ``num_epochs < 1``, ``seed < 0``.
+    """
+    check_int("num_samples", num_samples, 1, type_error=True)
+    check_int("num_epochs", num_epochs, 1, type_error=True)
+    check_int("sample_index", sample_index, 0, type_error=True)
+    check_int("seed", seed, 0, type_error=True)
+    if sample_index >= num_samples:
+        raise ValueError(f"sample_index must be < num_samples {num_samples}, got {sample_index}")
+    out = [sample_index]
+    for epoch in range(1, num_epochs):
+        offset = int(_permute(np.array([sample_index]), num_samples, seed, epoch, inverse=True)[0])
+        out.append(epoch * num_samples + offset)
+    return out
+
+
+def step_positions(step: int, global_batch: int, start_position: int | None = None) -> range:
+    """Stream positions of global step ``step``: ``range(step * global_batch,
+    (step + 1) * global_batch)``, or ``global_batch`` positions from
+    ``start_position`` (the step's ``consumed_samples`` in a batch-size ramp-up).
+
+    Raises:
+        TypeError / ValueError: ``step < 0``, ``global_batch < 1``, ``start_position < 0``.
     """
     check_int("step", step, 0, type_error=True)
     check_int("global_batch", global_batch, 1, type_error=True)
-    return range(step * global_batch, (step + 1) * global_batch)
+    if start_position is None:
+        start_position = step * global_batch
+    check_int("start_position", start_position, 0, type_error=True)
+    return range(start_position, start_position + global_batch)
 
 
-def rank_samples(step: int, global_batch: int, dp_rank: int, dp_size: int) -> list[int]:
+def step_samples(step: int, global_batch: int, num_samples: int | None = None, seed: int = 0,
+                 start_position: int | None = None) -> list[int]:
+    """Global sample indices of step ``step``, in position order.
+
+    With ``num_samples`` the step may lie in any epoch. Without it the
+    positions themselves are returned, which are the sample indices only for
+    a step inside epoch 0 (``step < num_steps(num_samples, global_batch)``).
+
+    Raises:
+        TypeError / ValueError: see :func:`step_positions` and :func:`stream_samples`.
+    """
+    positions = step_positions(step, global_batch, start_position)
+    if num_samples is None:
+        return list(positions)
+    return stream_samples(np.arange(positions.start, positions.stop), num_samples, seed).tolist()
+
+
+def rank_samples(step: int, global_batch: int, dp_rank: int, dp_size: int, num_samples: int | None = None,
+                 seed: int = 0, start_position: int | None = None) -> list[int]:
     """Global sample indices that rank ``dp_rank`` of ``dp_size`` reads at step
-    ``step``, in batch order: ``step * global_batch + dp_rank + k * dp_size``.
+    ``step``, in batch order: the samples at positions
+    ``q0 + dp_rank + k * dp_size`` (``q0`` the step's first position).
 
-    The lists of all ranks are disjoint and their union is
-    :func:`step_samples` ``(step, global_batch)``; each has
-    ``global_batch // dp_size`` entries.
+    The lists of all ranks are disjoint as positions and their union is
+    :func:`step_samples`; each has ``global_batch // dp_size`` entries.
+    ``num_samples``: as in :func:`step_samples`.
 
     Raises:
         TypeError / ValueError: see :func:`check_dp`; ``step < 0``.
     """
     check_dp(global_batch, dp_rank, dp_size)
-    samples = step_samples(step, global_batch)
-    return list(samples[dp_rank::dp_size])
+    samples = step_samples(step, global_batch, num_samples, seed, start_position)
+    return samples[dp_rank::dp_size]
+
+
+def sample_position(position: int, global_batch: int, dp_size: int = 1,
+                    first_position: int = 0) -> dict[str, int]:
+    """Where stream position ``position`` is read when steps of ``global_batch``
+    start at ``first_position``: ``step`` (counted from that start), ``dp_rank``
+    and ``row`` in that rank's batch. The inverse of :func:`rank_samples` on
+    positions.
+
+    Raises:
+        ValueError: ``position < first_position``; see :func:`check_dp`.
+    """
+    check_dp(global_batch, 0, dp_size)
+    if position < first_position:
+        raise ValueError(f"position {position} is before the first position {first_position}")
+    step, offset = divmod(position - first_position, global_batch)
+    return {"step": step, "dp_rank": offset % dp_size, "row": offset // dp_size}

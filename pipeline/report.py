@@ -518,6 +518,7 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     # what the stages said (FitResult.warnings)
     warned = [(name, line) for name in m["stage_order"] for line in m["stages"][name].get("warnings") or []]
     warned += [("tokenizer report", line) for line in (m.get("tokenizer_report") or {}).get("warnings") or []]
+    warned += [("output", line) for line in m.get("output_warnings") or []]
     if warned:
         parts.append(f"<h2 id='warnings'>Warnings ({len(warned)})</h2>")
         parts.append("<ul>" + "".join(f"<li><b>{_e(name)}</b>: {_e(line)}</li>" for name, line in warned) + "</ul>")

@@ -13,7 +13,7 @@ import pytest
 
 from pipeline.lineage import format_lineage, lineage_for_step
 from pipeline.loader import create_dataset
-from pipeline.order import rank_samples
+from pipeline.order import rank_samples, stream_samples
 from pipeline.writer import write_shards
 
 SEQ_LENGTH = 8
@@ -156,7 +156,7 @@ def test_format_lineage_table(version):
     assert any(e[:10] in texted for e in excerpts) and not any(e[:10] in plain for e in excerpts)
 
 
-@pytest.mark.parametrize("step, global_batch, dp_size", [(3, 4, 1), (-1, 4, 1), (0, 4, 3), (0, 16, 1)])
+@pytest.mark.parametrize("step, global_batch, dp_size", [(-1, 4, 1), (0, 4, 3), (0, 16, 1)])
 def test_bad_step_or_split_raises(version, step, global_batch, dp_size):
     with pytest.raises(ValueError):
         lineage_for_step(version[0], step, global_batch, dp_size)
@@ -282,15 +282,17 @@ def test_reverse_lookup_agrees_with_the_step_lookup(built):
     global_batch, dp_size = 4, 2
     steps = out["num_samples"] // global_batch
     forward = {}
-    for step in range(steps):
+    for step in range(steps + 1):  # step `steps` completes epoch 0's tail with epoch 1's first samples
         for rec in lineage_for_step(vdir, step, global_batch, dp_size):
+            if rec["epoch"] > 0:
+                continue
             for seg in rec["segments"]:
                 forward.setdefault(seg["doc_id"], []).append(
                     (step, rec["dp_rank"], rec["row"], rec["sample_index"], seg["repeat"], seg["doc_token_start"]))
     for doc_id in texts:
         result = lineage_for_document(vdir, doc_id, global_batch, dp_size)
         got = [(p["step"], p["dp_rank"], p["row"], p["sample_index"], p["repeat"], p["doc_token_start"])
-               for p in result["pieces"] if p["step"] is not None]
+               for p in result["pieces"]]
         assert sorted(got) == sorted(forward.get(doc_id, []))
         assert result["document"]["text_excerpt"] == texts[doc_id]
         assert doc_id in format_document_lineage(result)
@@ -302,7 +304,7 @@ def test_around_lists_neighbouring_steps(built):
     vdir, _, out = built
     records = lineage_for_step(vdir, 1, 2, 1, around=1)
     assert [(r["step"], r["sample_index"]) for r in records] == [(s, i) for s in (0, 1, 2) for i in (2 * s, 2 * s + 1)]
-    assert [r["step"] for r in lineage_for_step(vdir, 0, 2, 1, around=5)][-1] == min(5, out["num_samples"] // 2 - 1)
+    assert [r["step"] for r in lineage_for_step(vdir, 0, 2, 1, around=5)][-1] == 5  # steps of any epoch
     assert "step 0:" in format_lineage(records) and "step 2:" in format_lineage(records)
     with pytest.raises(ValueError, match="around"):
         lineage_for_step(vdir, 0, 2, 1, around=-1)
@@ -326,3 +328,75 @@ def test_cli_lineage_around_doc_and_json(built):
     assert res.exit_code == 1 and "in no sample" in res.output
     res = runner.invoke(app, ["lineage", str(vdir), "--global-batch", "2"])
     assert res.exit_code == 2 and "exactly one of" in res.output
+
+
+@pytest.mark.parametrize("dp_size, global_batch", [(1, 4), (2, 4)])
+def test_lineage_of_a_step_in_epoch_2_is_what_the_loader_yields(built, dp_size, global_batch):
+    vdir, texts, out = built
+    n = out["num_samples"]
+    epochs, seed = 3, 11
+    total = epochs * n // global_batch
+    in_epoch_2 = [s for s in range(total) if s * global_batch >= 2 * n][:2]
+    straddling = (n // global_batch) if n % global_batch else None  # epoch 0's tail + epoch 1's head
+    for step in [*in_epoch_2, *([straddling] if straddling is not None else [])]:
+        records = lineage_for_step(vdir, step, global_batch, dp_size, seed=seed)
+        assert [r["position"] for r in records] == [step * global_batch + r + k * dp_size
+                                                    for r in range(dp_size) for k in range(global_batch // dp_size)]
+        assert all(r["epoch"] == r["position"] // n for r in records)
+        for rank in range(dp_size):
+            ids, _ = next(create_dataset(vdir, global_batch, rank, dp_size, num_epochs=epochs, seed=seed,
+                                         start_step=step).create_tuple_iterator(output_numpy=True, num_epochs=1))
+            mine = [r for r in records if r["dp_rank"] == rank]
+            assert [r["sample_index"] for r in mine] == rank_samples(step, global_batch, rank, dp_size,
+                                                                     num_samples=n, seed=seed)
+            for rec in mine:
+                for seg in rec["segments"]:
+                    piece = ids[rec["row"]][seg["sample_token_start"]:seg["sample_token_end"]]
+                    assert piece.tolist() == _encode(texts[seg["doc_id"]])[seg["doc_token_start"]:seg["doc_token_end"]]
+    # the other seed reads other samples in epoch 2
+    other = lineage_for_step(vdir, in_epoch_2[0], global_batch, dp_size, seed=seed + 1)
+    assert [r["sample_index"] for r in other] != [r["sample_index"] for r in lineage_for_step(
+        vdir, in_epoch_2[0], global_batch, dp_size, seed=seed)] or n <= 2
+
+
+def test_reverse_lookup_lists_later_epochs(built):
+    from pipeline.lineage import format_document_lineage, lineage_for_document
+
+    vdir, texts, out = built
+    doc_id = next(iter(texts))
+    result = lineage_for_document(vdir, doc_id, 4, 2, num_epochs=3, seed=11)
+    for piece in result["pieces"]:
+        assert [e["epoch"] for e in piece["epochs"]] == [0, 1, 2]
+        for e in piece["epochs"]:
+            rec = [r for r in lineage_for_step(vdir, e["step"], 4, 2, text_chars=0, seed=11)
+                   if r["position"] == e["position"]]
+            assert len(rec) == 1 and (rec[0]["sample_index"], rec[0]["dp_rank"], rec[0]["row"]) == (
+                piece["sample_index"], e["dp_rank"], e["row"])
+    assert "later epochs" in format_document_lineage(result)
+    with pytest.raises(ValueError, match="num_epochs"):
+        lineage_for_document(vdir, doc_id, 4, 2, num_epochs=65)
+
+
+def test_lineage_with_consumed_samples_after_a_batch_size_change(built):
+    vdir, _, out = built
+    n = out["num_samples"]
+    records = lineage_for_step(vdir, 3, 4, 1, consumed_samples=6, seed=2)  # e.g. 3 steps of 2, then batch 4
+    assert [r["position"] for r in records] == [6, 7, 8, 9]
+    assert [r["sample_index"] for r in records] == stream_samples(np.arange(6, 10), n, seed=2).tolist()
+    around = lineage_for_step(vdir, 3, 4, 1, consumed_samples=6, around=2, text_chars=0, seed=2)
+    assert sorted({r["step"] for r in around}) == [2, 3, 4, 5]  # step 1 would start before position 0
+    assert [r["position"] for r in around if r["step"] == 2] == [2, 3, 4, 5]
+
+
+def test_cli_lineage_step_past_the_first_epoch(built):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    vdir, _, out = built
+    step = 2 * out["num_samples"] // 2 + 1  # global batch 2: a step of epoch 1 or 2
+    res = CliRunner().invoke(app, ["lineage", str(vdir), "--step", str(step), "--global-batch", "2",
+                                   "--seed", "7", "--json"])
+    assert res.exit_code == 0, res.output
+    got = [r["sample_index"] for r in json.loads(res.output)]
+    assert got == stream_samples(np.arange(2 * step, 2 * step + 2), out["num_samples"], seed=7).tolist()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.loader import create_dataset
-from pipeline.order import num_steps, rank_samples, step_samples
+from pipeline.order import epoch_positions, num_steps, rank_samples, step_samples, stream_samples
 from pipeline.writer import write_shards
 
 SEQ_LENGTH = 4
@@ -46,7 +46,7 @@ def _global_indices(batch: np.ndarray) -> list[int]:
 
 def test_order_known_values():
     assert num_steps(50, 8) == 6 and num_steps(7, 8) == 0 and num_steps(0, 8) == 0
-    assert step_samples(2, 8) == range(16, 24)
+    assert step_samples(2, 8) == list(range(16, 24)) == step_samples(2, 8, num_samples=50)
     assert rank_samples(2, 8, 0, 1) == list(range(16, 24))
     assert rank_samples(2, 8, 1, 4) == [17, 21]
     assert rank_samples(0, 8, 3, 4) == [3, 7]
@@ -96,18 +96,22 @@ def test_start_step_equals_the_tail_of_an_uninterrupted_run(version, dp_size):
     for rank in range(dp_size):
         full = _batches(create_dataset(version, 8, rank, dp_size))
         resumed_dataset = create_dataset(version, 8, rank, dp_size, start_step=4)
-        assert resumed_dataset.get_dataset_size() == 2
+        # MindSpore's own resume: the full run's size, the resume step, only the rest is yielded
+        assert resumed_dataset.get_dataset_size() == 6 and resumed_dataset.get_init_step() == 4
         resumed = _batches(resumed_dataset)
         assert len(resumed) == 2
         for a, b in zip(resumed, full[4:]):
             np.testing.assert_array_equal(a, b)
 
 
-def test_a_second_epoch_repeats_the_same_steps(version):
+def test_iterating_again_repeats_the_run_from_its_start(version):
+    """A trainer's second pass over the same dataset object is MindSpore's
+    repeat: the run again from step 0 (so num_epochs must cover the run)."""
     dataset = create_dataset(version, 8, 1, 2, start_step=3)
     iterator = dataset.create_dict_iterator(output_numpy=True, num_epochs=2)
     epochs = [[_global_indices(b["input_ids"]) for b in iterator] for _ in range(2)]
-    assert epochs[0] == epochs[1] == [rank_samples(s, 8, 1, 2) for s in (3, 4, 5)]
+    assert epochs[0] == [rank_samples(s, 8, 1, 2) for s in (3, 4, 5)]
+    assert epochs[1] == [rank_samples(s, 8, 1, 2) for s in range(6)]
 
 
 def test_two_workers_same_batches(version):
@@ -127,6 +131,10 @@ def test_two_workers_same_batches(version):
         ({"global_batch": 6, "dp_rank": 0, "dp_size": 4}, "not divisible"),
         ({"global_batch": 8, "num_parallel_workers": (os.cpu_count() or 1) + 1}, "num_parallel_workers"),
         ({"global_batch": 8, "start_step": 6}, "start_step"),
+        ({"global_batch": 8, "start_step": 18, "num_epochs": 3}, r"past the last step \(17\) of 3 epoch"),
+        ({"global_batch": 8, "consumed_samples": 143, "num_epochs": 3}, "consumed_samples 143 is past"),
+        ({"global_batch": 8, "consumed_samples": 8, "start_step": 1}, "not both"),
+        ({"global_batch": 8, "num_epochs": 0}, "num_epochs"),
         ({"global_batch": 64}, "no complete global batch"),
     ],
 )
@@ -239,3 +247,169 @@ def test_an_edited_manifest_is_refused(version, tmp_path):
                                                                {**manifest["shards"][2], "rows": 0}]}))
     with pytest.raises(ManifestError, match="manifest.json: SHA-256 differs from manifest.sha256"):
         create_dataset(copy, 8)
+
+
+# ---------------------------------------------------------------- epochs and resume
+
+
+def test_epoch_permutation_known_properties():
+    n = NUM_SAMPLES
+    epoch0 = stream_samples(np.arange(n), n, seed=0)
+    epoch1 = stream_samples(np.arange(n, 2 * n), n, seed=0)
+    epoch2 = stream_samples(np.arange(2 * n, 3 * n), n, seed=0)
+    np.testing.assert_array_equal(epoch0, np.arange(n))  # epoch 0: the build's order, whatever the seed
+    np.testing.assert_array_equal(stream_samples(np.arange(n), n, seed=5), np.arange(n))
+    for epoch in (epoch1, epoch2):
+        assert sorted(epoch.tolist()) == list(range(n))  # a permutation of all samples
+        assert (epoch != np.arange(n)).sum() > n // 2
+    assert epoch1.tolist() != epoch2.tolist()
+    np.testing.assert_array_equal(stream_samples(np.arange(n, 2 * n), n, seed=0), epoch1)  # same seed, same order
+    assert stream_samples(np.arange(n, 2 * n), n, seed=1).tolist() != epoch1.tolist()
+    # pinned: a change of the order scheme would silently change every lineage past epoch 0
+    assert epoch1[:10].tolist() == [15, 38, 32, 10, 18, 25, 11, 34, 20, 46]
+    # the inverse: where each sample is read in epochs 0..2
+    for sample in range(n):
+        positions = epoch_positions(sample, n, 3, seed=0)
+        assert [positions[0], epoch1[positions[1] - n], epoch2[positions[2] - 2 * n]] == [sample] * 3
+    for size in (1, 2, 3, 7, 64, 65, 1000, 4097):  # odd bit counts, powers of two, cycle-walking
+        for epoch in (1, 4):
+            perm = stream_samples(np.arange(epoch * size, (epoch + 1) * size), size, seed=9)
+            assert np.array_equal(np.sort(perm), np.arange(size))
+
+
+def test_steps_across_epochs_read_every_sample_once_per_epoch(version):
+    # 3 epochs of 50 samples at global batch 8: 18 steps; step 6 = samples 48, 49 of
+    # epoch 0 and the first 6 of epoch 1; the last 6 positions (144..149) are the run's end
+    dataset = create_dataset(version, 8, num_epochs=3, seed=4)
+    assert dataset.get_dataset_size() == 18 == num_steps(NUM_SAMPLES, 8, 3)
+    read = np.concatenate([_global_indices(b) for b in _batches(dataset)])
+    np.testing.assert_array_equal(read, stream_samples(np.arange(144), NUM_SAMPLES, seed=4))
+    np.testing.assert_array_equal(read[:50], np.arange(50))  # epoch 0 as before
+    assert sorted(read[50:100].tolist()) == list(range(50))  # epoch 1: every sample once
+    assert read[48:56].tolist() == [48, 49, *stream_samples(np.arange(50, 56), NUM_SAMPLES, seed=4).tolist()]
+    other = np.concatenate([_global_indices(b) for b in _batches(create_dataset(version, 8, num_epochs=3, seed=5))])
+    assert other[:50].tolist() == read[:50].tolist() and other[50:].tolist() != read[50:].tolist()
+
+
+@pytest.mark.parametrize("dp_size", [1, 4])
+def test_resume_across_an_epoch_boundary_equals_the_uninterrupted_run(version_with_boundaries, dp_size):
+    vdir, bounds = version_with_boundaries
+    for rank in range(dp_size):
+        full = list(create_dataset(vdir, 8, rank, dp_size, num_epochs=3, seed=2)
+                    .create_tuple_iterator(output_numpy=True, num_epochs=1))
+        for start in (5, 6, 7, 13):  # before, on and after the step that straddles epochs 0 and 1
+            resumed = list(create_dataset(vdir, 8, rank, dp_size, num_epochs=3, seed=2, start_step=start)
+                           .create_tuple_iterator(output_numpy=True, num_epochs=1))
+            assert len(resumed) == 18 - start
+            for (a_ids, a_ends), (b_ids, b_ends) in zip(resumed, full[start:]):
+                np.testing.assert_array_equal(a_ids, b_ids)
+                np.testing.assert_array_equal(a_ends, b_ends)
+        for step, (ids, ends) in enumerate(full):
+            want = rank_samples(step, 8, rank, dp_size, num_samples=NUM_SAMPLES, seed=2)
+            np.testing.assert_array_equal(ids[:, 0] // 100, want)
+            np.testing.assert_array_equal(ends, bounds[want])
+
+
+@pytest.mark.parametrize("dp_size", [1, 2])
+def test_resume_by_consumed_samples_after_a_batch_size_change(version, dp_size):
+    """Ramp-up: 5 steps of 8 (40 samples), then global batch 16. The resumed
+    run reads positions 40, 41, ... of the same stream, as the uninterrupted
+    run with the new batch size would."""
+    stream = stream_samples(np.arange(150), NUM_SAMPLES, seed=3)
+    first = create_dataset(version, 8, num_epochs=3, seed=3)
+    trained = np.concatenate([_global_indices(b) for b in _batches(first)][:5])
+    np.testing.assert_array_equal(trained, stream[:40])
+    for rank in range(dp_size):
+        resumed = create_dataset(version, 16, rank, dp_size, num_epochs=3, seed=3, consumed_samples=40)
+        # steps of 16 counted from position 40 % 16 = 8; the resume is step 40 // 16 = 2 of them
+        assert resumed.get_init_step() == 2 and resumed.get_dataset_size() == (150 - 8) // 16
+        batches = _batches(resumed)
+        assert len(batches) == 8 - 2
+        for k, batch in enumerate(batches):
+            positions = 40 + 16 * k + rank + dp_size * np.arange(16 // dp_size)
+            np.testing.assert_array_equal(batch, _rows()[stream[positions]])
+
+
+def test_set_init_step_after_start_step_does_not_skip_twice(version):
+    from pipeline.loader import ResumeWarning
+
+    full = _batches(create_dataset(version, 8, num_epochs=2))
+    dataset = create_dataset(version, 8, num_epochs=2, start_step=4)
+    for again in (4, 7):  # mindformers' trainer calls set_init_step(initial_step) on resume
+        with pytest.warns(ResumeWarning, match=rf"set_init_step\({again}\) ignored: this dataset already resumed "
+                                               r"at step 4"):
+            dataset.set_init_step(again)
+    assert dataset.get_init_step() == 4
+    resumed = _batches(dataset)
+    assert len(resumed) == 12 - 4
+    for a, b in zip(resumed, full[4:]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_set_init_step_on_a_fresh_dataset_resumes_like_start_step(version):
+    from pipeline.loader import ResumeWarning
+
+    full = _batches(create_dataset(version, 8, 1, 2, num_epochs=2))
+    dataset = create_dataset(version, 8, 1, 2, num_epochs=2)
+    with pytest.raises(ValueError, match=r"set_init_step needs an int in \[0, 12\), got 12"):
+        dataset.set_init_step(12)
+    dataset.set_init_step(0)  # nothing to skip, nothing applied
+    dataset.set_init_step(7)  # past the epoch boundary (step 6 straddles it)
+    with pytest.warns(ResumeWarning):
+        dataset.set_init_step(3)
+    resumed = _batches(dataset)
+    by_start_step = _batches(create_dataset(version, 8, 1, 2, num_epochs=2, start_step=7))
+    assert len(resumed) == len(by_start_step) == 5
+    for a, b, c in zip(resumed, by_start_step, full[7:]):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+
+
+# ---------------------------------------------------------------- open-file limit
+
+
+def test_open_file_need_and_build_warning():
+    from pipeline.loader import open_files_warning, required_open_files
+
+    assert required_open_files(3, 1) == 8 + 64  # ceil(3 * 2 * 1.25) + 64
+    assert required_open_files(400, 1) == 1064 and required_open_files(400, 2) == 1564
+    assert required_open_files(3, 1, readers=3) == 23 + 64  # the shard list read 3 times (num_epochs > dp_size)
+    assert open_files_warning(384) is None  # 960 + 64 = 1024 fits
+    warning = open_files_warning(400)
+    assert "400 shards need ~1064 open files" in warning and "ulimit -n 1064" in warning
+    assert "output.max_shard_bytes" in warning
+    # how the build shows it: manifest output_warnings, printed under the summary and in report.html
+    from pipeline.cli import warning_lines
+
+    manifest = {"stage_order": ["langid"], "stages": {"langid": {"warnings": ["w1"]}}, "output_warnings": [warning]}
+    assert warning_lines(manifest) == ["warning [langid] w1", f"warning [output] {warning}"]
+
+
+_FD_SCRIPT = """
+import resource, sys
+from pipeline.loader import create_dataset
+soft, hard = int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+try:
+    rows = sum(1 for _ in create_dataset(sys.argv[1], 8).create_tuple_iterator(output_numpy=True))
+except OSError as exc:
+    print("ERROR", exc)
+else:
+    print("OK", rows, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+@pytest.mark.parametrize("soft, hard, expected", [
+    (40, 4096, "OK 6 72"),  # 3 shards, 1 worker: raised to the need, 72
+    (40, 60, "ERROR reading 3 shards with 1 worker(s) needs ~72 open files (MindDataset keeps 2 per shard, "
+             "plus margin), the soft limit is 40 and the hard limit 60: run 'ulimit -n 72'"),
+])
+def test_open_file_limit_is_raised_or_refused_clearly(version, soft, hard, expected):
+    import subprocess
+    import sys
+
+    # the limit is lowered in a fresh process (it cannot be raised back there without privileges)
+    res = subprocess.run([sys.executable, "-c", _FD_SCRIPT, str(version), str(soft), str(hard)],
+                         capture_output=True, text=True, timeout=300, cwd=os.getcwd())
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().splitlines()[-1].startswith(expected), res.stdout
