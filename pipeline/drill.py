@@ -23,9 +23,9 @@ document pieces, and a step's summary (mix against the target, odd samples).
 
 Costs: O(pieces of the steps asked for) rows of lineage, O(samples of the
 steps) shard rows, one read per table part for the why-kept lines; nothing
-scans the corpus. Not part of the training-job wall of loader/lineage: the
-why-kept lines import ``stages.heuristics.rules`` (through
-:mod:`pipeline.explain`) on use.
+scans the corpus. Not part of the training-job wall of loader/lineage: it
+imports MindSpore (shard rows) and ``tokenizers`` on use; the why-kept lines
+read the heuristics rules from the manifest (:mod:`pipeline.explain`).
 """
 
 from __future__ import annotations

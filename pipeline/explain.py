@@ -18,8 +18,8 @@ itself, never from today's code defaults:
 * ``heuristics``: the manifest's ``stages.heuristics.settings.thresholds``
   (effective thresholds per language after presets, overrides and disabled
   families; a language without an entry takes ``default``). Each rule's value
-  column and bound come from ``stages.heuristics.rules.RULES`` (imported on
-  use: this module is not part of the training-job wall of loader/lineage).
+  column and bound come from the manifest's ``stages.heuristics.settings.rules``
+  (the stage publishes them; nothing here imports a stage module).
 * ``perplexity``: the manifest's ``stages.perplexity.fit.languages.<lang>``
   (``threshold``, ``threshold_from``, ``bucket_cutoffs``), and the
   ``word_salad_max_ratio`` of ``config.yaml`` for the self-shuffle ratio (the
@@ -126,9 +126,12 @@ def _langid(row: dict[str, Any], manifest: dict[str, Any], config: dict[str, Any
 
 
 def _heuristics(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    from stages.heuristics.rules import RULES
-
-    table = manifest["stages"]["heuristics"].get("settings", {}).get("thresholds") or {}
+    settings = manifest["stages"]["heuristics"].get("settings", {})
+    table = settings.get("thresholds") or {}
+    rules = settings.get("rules")
+    if rules is None:  # a version built before the stage published its rules
+        return [{"name": "heuristics", "value": None, "bound": None, "limit": None, "margin": None, "passes": None,
+                 "note": "this version's manifest has no stages.heuristics.settings.rules: rebuild to see margins"}]
     lang = row.get("langid_lang")
     key = lang if lang in table else "default"
     thresholds = table.get(key, {})
@@ -136,17 +139,17 @@ def _heuristics(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str,
     long_min = thresholds.get("long_document_min_words")
     short = long_min is not None and words is not None and words < long_min
     out = []
-    for rule in RULES:
-        if rule.name not in thresholds:
+    for rule in rules:
+        if rule["name"] not in thresholds:
             continue
-        value = row.get(f"heuristics_{rule.value}")
-        check = _check(rule.name, value, thresholds[rule.name], rule.bound, value_column=f"heuristics_{rule.value}",
-                       thresholds_of=key, family=rule.family)
-        if short and rule.long_only:
+        value = row.get(rule["value_column"])
+        check = _check(rule["name"], value, thresholds[rule["name"]], rule["bound"],
+                       value_column=rule["value_column"], thresholds_of=key, family=rule["family"])
+        if short and rule["long_only"]:
             check.update(passes=True, note=f"not applied: fewer than {long_min} words")
         elif value is None:
-            check.update(passes=rule.undefined_passes, note="value undefined"
-                         + (" (passes)" if rule.undefined_passes else " (fails)"))
+            check.update(passes=rule["undefined_passes"], note="value undefined"
+                         + (" (passes)" if rule["undefined_passes"] else " (fails)"))
         out.append(check)
     return out
 

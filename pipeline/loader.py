@@ -25,16 +25,16 @@ step 0. Rank ``r`` of ``N`` reads with
   ``readers`` times (MindRecord caps a subset at the files' rows), each copy
   opened again (:func:`required_open_files`).
 
-**Resume, one mechanism: MindSpore's own ``set_init_step``.** A resume at
-``start_step`` (or at ``consumed_samples`` after a batch-size ramp-up) builds
-the same dataset as a fresh run and calls MindSpore's ``set_init_step`` on it:
-the dataset keeps the full run's size, ``get_init_step()`` reports the step
-(MindSpore's ``Model.train`` aligns its sink epochs on it), and MindSpore 2.10
-moves the skip into the sampler (fast recovery), so the skipped rows are not
-read (~0.1-0.3 s to the first batch at any depth, measured). The returned
-dataset's ``set_init_step`` is guarded: on a fresh dataset it validates the
-step and applies it the same way (mindformers' trainer calls it on resume);
-once a resume is applied, a further call is a no-op with a
+**Resume, one skip per dataset.** A resume at ``start_step`` (or at
+``consumed_samples`` after a batch-size ramp-up) starts the sampler at that
+stream position: the skipped rows are never read and the dataset holds the
+remaining batches (batch ``i`` is step ``start + i``). The returned dataset's
+``set_init_step`` is guarded: on a fresh dataset (created at step 0) it
+validates the step and applies MindSpore's own ``set_init_step`` (what
+mindformers' trainer calls on resume; MindSpore 2.10 moves the skip into the
+sampler, and the iterator needs an explicit ``num_epochs``, as ``Model.train``
+gives it); on a dataset that already skipped (``start_step``,
+``consumed_samples`` or an earlier call), any further call is a no-op with a
 :class:`ResumeWarning`, so no step is skipped twice.
 
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
@@ -374,11 +374,17 @@ def create_dataset(
     import mindspore.dataset as ds
 
     ds.config.set_prefetch_size(prefetch_size)
+    # A resume starts the sampler at the resume position: the skipped rows are
+    # never read, and the dataset holds the remaining batches (MindSpore's
+    # set_init_step would need an explicit num_epochs on every iterator:
+    # with the default -1 it fails with "reset step must be less than
+    # dataset_size * num_epochs", measured on 2.10).
+    start = first + init_step * global_batch
     if one_epoch:  # O(1) built-in samplers
         sampler = ds.DistributedSampler(num_shards=dp_size, shard_id=dp_rank, shuffle=False)
-        sampler.add_child(ds.SequentialSampler(start_index=first, num_samples=batches * global_batch))
+        sampler.add_child(ds.SequentialSampler(start_index=start, num_samples=(batches - init_step) * global_batch))
     else:
-        positions = np.arange(first + dp_rank, first + batches * global_batch, dp_size, dtype=np.int64)
+        positions = np.arange(start + dp_rank, first + batches * global_batch, dp_size, dtype=np.int64)
         sampler = _stream_sampler(stream_samples(positions, num_samples, seed))
         del positions
     dataset = ds.MindDataset(paths * readers, columns_list=columns, sampler=sampler,
@@ -394,7 +400,8 @@ def create_dataset(
                          f"({want}) from the manifest")
     _guard_resume(dataset, batches, f"{version_dir.name} rank {dp_rank}/{dp_size}")
     if init_step:
-        dataset.set_init_step(init_step)
+        dataset._mindcorpus_init_step = init_step
+        log.info("%s rank %d/%d: resuming at step %d of %d", version_dir.name, dp_rank, dp_size, init_step, batches)
     return dataset
 
 

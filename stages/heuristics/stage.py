@@ -157,10 +157,15 @@ class HeuristicsStage(Stage):
 
     @classmethod
     def effective_settings(cls, config: Config) -> dict[str, Any]:
-        """``{"thresholds": config.effective_thresholds()}``: the thresholds
-        per language the stage applies (in its fingerprint and the manifest,
-        ``stages.heuristics.settings.thresholds``)."""
-        return {"thresholds": config.effective_thresholds()}
+        """``{"thresholds": config.effective_thresholds(), "rules": [...]}``:
+        the thresholds per language the stage applies, and every rule as
+        ``{name, value_column, bound, family, long_only, undefined_passes}``
+        (in its fingerprint and the manifest,
+        ``stages.heuristics.settings``), so that ``explain`` can pair each
+        threshold with its measurement column without importing the stage."""
+        rules = [{"name": r.name, "value_column": f"heuristics_{r.value}", "bound": r.bound, "family": r.family,
+                  "long_only": r.long_only, "undefined_passes": r.undefined_passes} for r in RULES]
+        return {"thresholds": config.effective_thresholds(), "rules": rules}
 
     def process(self, table: pa.Table) -> pa.Table:
         """Measure and decide every document of ``table`` (n rows)."""

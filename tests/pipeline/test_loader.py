@@ -96,8 +96,8 @@ def test_start_step_equals_the_tail_of_an_uninterrupted_run(version, dp_size):
     for rank in range(dp_size):
         full = _batches(create_dataset(version, 8, rank, dp_size))
         resumed_dataset = create_dataset(version, 8, rank, dp_size, start_step=4)
-        # MindSpore's own resume: the full run's size, the resume step, only the rest is yielded
-        assert resumed_dataset.get_dataset_size() == 6 and resumed_dataset.get_init_step() == 4
+        # the sampler starts at step 4: the dataset holds the remaining 2 steps
+        assert resumed_dataset.get_dataset_size() == 2
         resumed = _batches(resumed_dataset)
         assert len(resumed) == 2
         for a, b in zip(resumed, full[4:]):
@@ -106,12 +106,24 @@ def test_start_step_equals_the_tail_of_an_uninterrupted_run(version, dp_size):
 
 def test_iterating_again_repeats_the_run_from_its_start(version):
     """A trainer's second pass over the same dataset object is MindSpore's
-    repeat: the run again from step 0 (so num_epochs must cover the run)."""
+    repeat of the dataset: the resumed run again from its start (so num_epochs
+    of create_dataset must cover the run)."""
     dataset = create_dataset(version, 8, 1, 2, start_step=3)
     iterator = dataset.create_dict_iterator(output_numpy=True, num_epochs=2)
     epochs = [[_global_indices(b["input_ids"]) for b in iterator] for _ in range(2)]
-    assert epochs[0] == [rank_samples(s, 8, 1, 2) for s in (3, 4, 5)]
-    assert epochs[1] == [rank_samples(s, 8, 1, 2) for s in range(6)]
+    assert epochs[0] == epochs[1] == [rank_samples(s, 8, 1, 2) for s in (3, 4, 5)]
+
+
+def test_a_resumed_dataset_reads_with_the_default_iterators(version):
+    """The README's loop: create_tuple_iterator / create_dict_iterator without
+    num_epochs (-1). A resume through MindSpore's set_init_step fails there
+    ("reset step must be less than dataset_size * num_epochs", MindSpore 2.10),
+    so start_step moves the sampler instead."""
+    dataset = create_dataset(version, 8, 1, 2, start_step=3)
+    tuples = dataset.create_tuple_iterator(output_numpy=True)
+    assert [_global_indices(next(tuples)[0]) for _ in range(3)] == [rank_samples(s, 8, 1, 2) for s in (3, 4, 5)]
+    first = next(create_dataset(version, 8, start_step=5).create_dict_iterator(output_numpy=True))
+    assert _global_indices(first["input_ids"]) == list(range(40, 48))
 
 
 def test_two_workers_same_batches(version):
@@ -322,7 +334,7 @@ def test_resume_by_consumed_samples_after_a_batch_size_change(version, dp_size):
     for rank in range(dp_size):
         resumed = create_dataset(version, 16, rank, dp_size, num_epochs=3, seed=3, consumed_samples=40)
         # steps of 16 counted from position 40 % 16 = 8; the resume is step 40 // 16 = 2 of them
-        assert resumed.get_init_step() == 2 and resumed.get_dataset_size() == (150 - 8) // 16
+        assert resumed.get_dataset_size() == (150 - 8) // 16 - 2  # steps of 16 from position 40
         batches = _batches(resumed)
         assert len(batches) == 8 - 2
         for k, batch in enumerate(batches):
@@ -339,7 +351,6 @@ def test_set_init_step_after_start_step_does_not_skip_twice(version):
         with pytest.warns(ResumeWarning, match=rf"set_init_step\({again}\) ignored: this dataset already resumed "
                                                r"at step 4"):
             dataset.set_init_step(again)
-    assert dataset.get_init_step() == 4
     resumed = _batches(dataset)
     assert len(resumed) == 12 - 4
     for a, b in zip(resumed, full[4:]):
