@@ -484,6 +484,7 @@ def spike(
                                                        "mindformers' text log, 0 for JSONL)")] = None,
     show_text: Annotated[bool, typer.Option(help="also print each spike step's pieces: trained text, source "
                                                   "line and why each document was kept")] = False,
+    seed: Annotated[int, typer.Option(help="the loader's seed (orders epochs 1, 2, ...)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False,
     corpora_root: CorporaRootOption = None,
     config: ConfigOption = None,
@@ -495,7 +496,7 @@ def spike(
     vdir = _version_dir(version, corpora_root, config)
     try:
         result = spike_report(vdir, log, window, global_batch, dp_size, metric, k, baseline, max_spikes, step_base,
-                              show_text)
+                              show_text, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         _error(visible(exc))
         raise typer.Exit(2) from None

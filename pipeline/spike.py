@@ -148,7 +148,7 @@ def baseline_steps(entries: list[dict[str, Any]], spike_steps: set[int], step: i
 
 def spike_report(version_dir: str | Path, log: str | Path, window: int, global_batch: int, dp_size: int = 1,
                  metric: str = "loss", k: float = DEFAULT_K, baseline: int = 4, max_spikes: int = 5,
-                 step_base: int | None = None, show_text: bool = False) -> dict[str, Any]:
+                 step_base: int | None = None, show_text: bool = False, seed: int = 0) -> dict[str, Any]:
     """Read ``log``, find the spikes and summarise each spike step and its
     baseline (the normal steps before it, :func:`baseline_steps`) with
     :func:`pipeline.drill.step_summaries`.
@@ -166,6 +166,8 @@ def spike_report(version_dir: str | Path, log: str | Path, window: int, global_b
     from pipeline.lineage import lineage_for_step
     from pipeline.manifest import load_manifest
 
+    # ``seed``: the loader's seed, which orders epochs 1, 2, ... (pipeline.order);
+    # steps of epoch 0 do not depend on it.
     version_dir = Path(version_dir)
     manifest = load_manifest(version_dir, check_samples=True)
     entries = read_log(log, step_base)
@@ -176,7 +178,7 @@ def spike_report(version_dir: str | Path, log: str | Path, window: int, global_b
     def summarise(steps: list[int], spike: dict[str, Any] | None = None) -> dict[str, Any] | None:
         records = []
         for step in steps:
-            records.extend(lineage_for_step(version_dir, step, global_batch, dp_size, text_chars=0))
+            records.extend(lineage_for_step(version_dir, step, global_batch, dp_size, text_chars=0, seed=seed))
         rows = read_sample_rows(version_dir, [r["sample_index"] for r in records], manifest)
         if spike is not None and show_text:
             attach_text(version_dir, records, manifest=manifest, rows=rows)
