@@ -53,18 +53,19 @@ from typing import Any
 import numpy as np
 import yaml
 
+from pipeline import layout
 from pipeline.order import check_dp
 
 FORMATS = ("mindrecord", "mindrecord_shifted", "megatron")
 #: Folder of each MindRecord format inside a version.
-FORMAT_DIRS = {"mindrecord": "shards", "mindrecord_shifted": "shifted"}
+FORMAT_DIRS = {"mindrecord": layout.SHARDS, "mindrecord_shifted": layout.SHIFTED}
 #: Column order mindformers feeds the model (``input_columns`` = MindDataset's
 #: ``columns_list``); for the pre-shifted format the order of
 #: ``base_trainer._get_columns_with_strategy`` with ``create_compressed_eod_mask``.
 SHIFTED_COLUMNS = ("input_ids", "labels", "loss_mask", "position_ids", "actual_seq_len")
 #: mindformers' file-name rule for a ``dataset_dir`` scan (causal_language_model_dataset.py).
 MINDRECORD_NAME = re.compile(r"mindrecord\d*$")
-MEGATRON_PREFIX = "megatron/corpus_text_document"
+MEGATRON_PREFIX = layout.megatron_prefix()
 #: ``.idx`` header and dtype codes (indexed_dataset.py ``_INDEX_HEADER``, ``DType``).
 IDX_HEADER = b"MMIDIDX\x00\x00"
 IDX_DTYPES = {4: np.int32, 8: np.uint16}
@@ -304,7 +305,7 @@ def _check_mindrecord(version_dir: Path, manifest: dict[str, Any], fmt: str) -> 
         if not MINDRECORD_NAME.search(path.name):
             problems.append(f"{fmt}: {name}: name does not match mindformers' pattern mindrecord\\d*$, "
                             "a dataset_dir scan skips it")
-        if not path.is_file() or not Path(f"{path}.db").is_file():
+        if not path.is_file() or not layout.shard_index(path).is_file():
             problems.append(f"{fmt}: {name}: missing data file or its .db index")
             continue
         try:
@@ -421,8 +422,6 @@ def lineage_rows(version_dir: str | Path, manifest: dict[str, Any], rows: list[i
         IndexError: a row past the last lineage row.
     """
     import pyarrow.parquet as pq
-
-    from pipeline import layout
 
     parts = layout.lineage_parts_for(Path(version_dir), manifest, 0, int(manifest["num_samples"]))
     files = [pq.ParquetFile(p) for p in parts]
