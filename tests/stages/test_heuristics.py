@@ -417,7 +417,12 @@ def test_effective_thresholds_per_language_after_presets_and_overrides():
                                 "default": {"min_words": 7}, "fr": {"min_chars": 40}},
                     disabled_families=["c4"], bad_words={"de": ["schimpf"]})
     settings = HeuristicsStage.effective_settings(config)
-    assert list(settings) == ["thresholds"]
+    assert list(settings) == ["thresholds", "rules"]
+    # every rule, with the column explain pairs with its threshold
+    rules = {r["name"]: r for r in settings["rules"]}
+    assert rules["min_words"] == {"name": "min_words", "value_column": "heuristics_num_words", "bound": "min",
+                                  "family": "gopher_quality", "long_only": False, "undefined_passes": False}
+    assert rules["max_duplicate_5gram_char_share"]["long_only"] is True
     t = settings["thresholds"]
     assert list(t) == ["bo", "code", "de", "default", "dz", "en", "fr", "ja", "km", "kn", "ko", "lo", "ml", "my",
                        "ta", "te", "th", "zh"]
