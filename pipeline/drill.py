@@ -78,7 +78,9 @@ def read_sample_rows(version_dir: str | Path, sample_indices, manifest: dict[str
     ``sample_indices``, keyed by sample index.
 
     One ``MindDataset`` per run of consecutive indices inside one shard
-    (a step's samples are one run), reading only those rows. Cost: MindSpore's
+    (a step's samples are one run), reading only those rows; a version built
+    without the mindrecord format is read from its Megatron ``.bin`` (the same
+    rows end to end, :func:`pipeline.megatron.read_tokens`, no MindSpore). Cost: MindSpore's
     import (~1.6 s, once per process) plus ~0.02 s per run (measured on the
     sample version).
 
@@ -87,14 +89,25 @@ def read_sample_rows(version_dir: str | Path, sample_indices, manifest: dict[str
     """
     import bisect
 
-    import mindspore.dataset as ds
-
     version_dir = Path(version_dir)
     manifest = manifest or load_manifest(version_dir, check_samples=True)
     starts = _shard_starts(manifest)
     wanted = sorted({int(i) for i in sample_indices})
     if wanted and not (0 <= wanted[0] and wanted[-1] < starts[-1]):
         raise ValueError(f"sample indices must be in [0, {starts[-1]}), got {wanted[0]}..{wanted[-1]}")
+    if any("name" not in shard for shard in manifest["shards"]):
+        # built without the mindrecord format: sample i is tokens
+        # [i * (S + 1), (i + 1) * (S + 1)) of the Megatron stream
+        if "megatron" not in (manifest.get("formats") or {}):
+            raise ValueError(f"{version_dir}: no mindrecord shards and no megatron files to read samples from")
+        from pipeline.megatron import read_tokens
+
+        window = int(manifest["seq_length"]) + 1
+        prefix = version_dir / layout.megatron_prefix()
+        return {i: read_tokens(prefix, i * window, window) for i in wanted}
+
+    import mindspore.dataset as ds
+
     runs: list[tuple[int, int, int]] = []  # (shard, first global index, count)
     for index in wanted:
         shard = bisect.bisect_right(starts, index) - 1

@@ -123,7 +123,11 @@ def find_spikes(entries: list[dict[str, Any]], window: int, metric: str = "loss"
     if not k > 0:
         raise ValueError(f"k must be > 0, got {k}")
     points = [(e["step"], e[metric]) for e in entries if e.get(metric) is not None and np.isfinite(e[metric])]
-    spikes = []
+    # A NaN or infinite value is the worst spike there is: always reported,
+    # with score inf and no statistics (the rule above needs finite values).
+    spikes = [{"step": e["step"], "value": float(e[metric]), "median": None, "mad": None, "limit": None,
+               "score": float("inf"), "non_finite": True}
+              for e in entries if e.get(metric) is not None and not np.isfinite(e[metric])]
     for i, (step, value) in enumerate(points):
         history = np.array([v for _, v in points[max(0, i - window):i]])
         if len(history) < min_history:
@@ -134,7 +138,7 @@ def find_spikes(entries: list[dict[str, Any]], window: int, metric: str = "loss"
         if value > limit:
             spikes.append({"step": step, "value": value, "median": median, "mad": mad, "limit": limit,
                            "score": (value - median) / mad})
-    return spikes
+    return sorted(spikes, key=lambda sp: sp["step"])
 
 
 def baseline_steps(entries: list[dict[str, Any]], spike_steps: set[int], step: int, window: int,
@@ -242,8 +246,11 @@ def format_spike_report(report: dict[str, Any]) -> str:
     out = [f"{report['entries']} logged steps; {len(report['spikes'])} spike(s) of {report['metric']} "
            f"(> median + {report['k']:g} x 1.4826 MAD of the previous {report['window']} steps)"]
     for spike in report["spikes"]:
-        out.append(f"step {spike['step']}: {report['metric']} {spike['value']:.4f} > limit {spike['limit']:.4f} "
-                   f"(median {spike['median']:.4f}, scaled MAD {spike['mad']:.4f}, score {spike['score']:.1f})")
+        if spike.get("non_finite"):
+            out.append(f"step {spike['step']}: {report['metric']} {spike['value']} (not finite)")
+        else:
+            out.append(f"step {spike['step']}: {report['metric']} {spike['value']:.4f} > limit {spike['limit']:.4f} "
+                       f"(median {spike['median']:.4f}, scaled MAD {spike['mad']:.4f}, score {spike['score']:.1f})")
         if spike.get("error"):
             out.append(f"  no lineage: {spike['error']}")
             continue

@@ -262,6 +262,11 @@ def test_find_spikes_finds_the_planted_steps(tmp_path):
     assert find_spikes(entries, window=10, metric="grad_norm") == []      # flat: the MAD floor holds
     with pytest.raises(ValueError):
         find_spikes(entries, window=3)
+    # a NaN or infinite loss is always a spike, whatever the window holds
+    entries[40]["loss"], entries[45]["loss"] = float("nan"), float("inf")
+    found = find_spikes(entries, window=10)
+    assert [s["step"] for s in found] == [20, 33, 40, 45]
+    assert [s.get("non_finite", False) for s in found] == [False, False, True, True]
 
 
 def test_spike_report_on_a_built_version(built, tmp_path):

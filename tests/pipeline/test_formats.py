@@ -332,3 +332,21 @@ def test_check_complete_names_a_missing_or_cut_format_file(three, tmp_path):
         f"{layout.shifted_shard_name(1)}.db is missing",
         f"{layout.megatron_bin()} has 100 bytes, the manifest says {out['formats']['megatron']['bin']['bytes']}",
         f"{layout.megatron_idx()} is missing"]
+
+
+def test_the_drill_reads_the_rows_of_a_version_without_mindrecord_from_the_megatron_stream(tmp_path):
+    """A version built with formats [megatron] only: the drill's sample rows
+    (lineage --show-text, --summary, spike) come from the .bin and equal the
+    rows a build with mindrecord shards holds (found by a fresh-user test:
+    they failed with KeyError 'name')."""
+    from pipeline.drill import read_sample_rows
+
+    docs = _docs(60, seed=4)
+    full, out_full = _build(tmp_path, "full", docs)
+    meg, out_meg = _build(tmp_path, "meg", docs, formats=["megatron"])
+    rows = _unshifted(full, out_full)
+    wanted = [0, 5, 6, len(rows) - 1]
+    got = read_sample_rows(meg, wanted, manifest=out_meg)
+    assert sorted(got) == wanted
+    for i in wanted:
+        np.testing.assert_array_equal(got[i], rows[i])
