@@ -485,7 +485,10 @@ def gpt_lineage_for_step(version_dir: str | Path, manifest: dict[str, Any], step
         ``[{"dp_rank", "sample", "pieces": [...]}, ...]`` in rank order, then batch order.
 
     Raises:
-        ValueError: no megatron format; ``step`` past ``sizes[0] // global_batch``.
+        ValueError: no megatron format; a megatron file that breaks
+            mindformers' rules (:func:`check_version`'s megatron lines: a
+            missing or truncated ``.bin``, a bad ``.idx``); ``step`` past
+            ``sizes[0] // global_batch``.
     """
     from pipeline.gpt_order import build_order, load_cached_order
     from pipeline.order import rank_samples
@@ -494,6 +497,11 @@ def gpt_lineage_for_step(version_dir: str | Path, manifest: dict[str, Any], step
         raise ValueError("version has no megatron format")
     check_dp(global_batch, 0, dp_size)
     vdir = Path(version_dir)
+    # the files GPTDataset would read must be whole before their lineage means anything
+    # (found by a hostile test: a .bin cut in half gave a step's documents and exit 0)
+    problems = _check_megatron(vdir, manifest, max_window_check=False)
+    if problems:
+        raise ValueError("; ".join(problems))
     idx = read_idx(vdir / f"{MEGATRON_PREFIX}.idx")
     seq_length = int(manifest["seq_length"])
     seed = int(manifest.get("seed", DEFAULT_GPT_SEED))

@@ -296,6 +296,18 @@ def test_gpt_lineage_for_step_names_the_trained_windows(version, probe):
         mf.gpt_lineage_for_step(root, made["manifest"], 20, GLOBAL_BATCH, DP_SIZE)
 
 
+def test_gpt_lineage_for_step_refuses_a_truncated_bin(version, tmp_path):
+    root, made = version
+    copy = tmp_path / "cut"
+    shutil.copytree(root, copy)
+    bin_path = copy / f"{mf.MEGATRON_PREFIX}.bin"
+    size = bin_path.stat().st_size
+    with open(bin_path, "r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(ValueError, match=rf"megatron: .bin has {size // 2} bytes"):
+        mf.gpt_lineage_for_step(copy, made["manifest"], 3, GLOBAL_BATCH, DP_SIZE)
+
+
 def test_load_cached_order_reads_gpt_datasets_own_cache(version, probe):
     root, made = version
     data_path = str(root.resolve() / "megatron" / "corpus_text_document")
