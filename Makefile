@@ -57,7 +57,7 @@ $(REFTOK)/tekken_240911.json: | $(STAMP)
 	unzip -o -j -q $(REFTOK)/wheels/mistral_common-$(MISTRAL_COMMON_VERSION)-*.whl 'mistral_common/data/tekken_240911.json' -d $(REFTOK)
 
 # The stamp is written last, so an interrupted install is resumed by the next `make setup`.
-$(MF_STAMP):
+$(MF_STAMP): | tools/bin/lmplz   # tools/build_kenlm.sh installs build-essential (g++)
 	test -x $(MINDFORMERS)/bin/python || $(PYTHON) -m venv $(MINDFORMERS)
 	$(MINDFORMERS)/bin/python -m pip install -q 'mindformers==1.8.0'
 	cd "$$($(MINDFORMERS)/bin/python -c 'import importlib.util as u; print(u.find_spec("mindformers").submodule_search_locations[0])')/dataset/blended_datasets" && \
