@@ -66,3 +66,142 @@ def chinese_script(text: str) -> str | None:
     if simplified == traditional:
         return None
     return "Hans" if simplified > traditional else "Hant"
+
+
+# ----------------------------------------------------------------------------- whole-document script and OpenCC conversion
+
+# Ideographs (CJK Unified Ideographs, Extension A, compatibility block and the
+# astral extensions) separated only by whitespace: the whitespace is dropped by
+# :func:`join_ideographs`.
+_IDEOGRAPH = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_IDEOGRAPH_SPACE_RE = re.compile(f"(?<=[{_IDEOGRAPH}])\\s+(?=[{_IDEOGRAPH}])")
+
+
+def join_ideographs(text: str) -> str:
+    """``text`` with every whitespace run between two ideographs removed
+    (``"檔 案\\n說明"`` -> ``"檔案說明"``); whitespace next to anything else
+    stays. Chinese has no spaces between words, so such whitespace is line
+    wrapping or layout; removing it lets OpenCC's phrase dictionaries match
+    a phrase split by a wrap. O(len(text)), one regex pass."""
+    return _IDEOGRAPH_SPACE_RE.sub("", text)
+
+
+def script_counts(text: str) -> tuple[int, int]:
+    """``(simplified_only, traditional_only)``: how many characters of the
+    whole ``text`` exist only in Simplified, and only in Traditional Chinese
+    (the strong sets of ``stages/data/zh_script_chars.json``, from OpenCC's
+    character dictionaries). O(len(text)), one regex pass."""
+    pattern, kinds = _script_chars()
+    simplified = traditional = 0
+    for char in pattern.findall(text):
+        kind = kinds.get(char)
+        if kind == 0:
+            simplified += 1
+        elif kind == 1:
+            traditional += 1
+    return simplified, traditional
+
+
+def document_script(text: str) -> str | None:
+    """The script of a whole document from :func:`script_counts`: ``Hans``
+    (Simplified-only characters and no Traditional-only one), ``Hant`` (the
+    reverse), ``mixed`` (both kinds), or None (neither: no character tells
+    the scripts apart, e.g. ``"中文"``, or no Chinese at all). Unlike
+    :func:`chinese_script` it reads the whole text and reports mixtures."""
+    simplified, traditional = script_counts(text)
+    if simplified and traditional:
+        return "mixed"
+    if simplified:
+        return "Hans"
+    if traditional:
+        return "Hant"
+    return None
+
+
+# OpenCC character dictionaries per (direction, region) for character-level
+# conversion: the script step (TSCharacters / STCharacters, the dictionaries
+# the shipped t2s / s2t configs fall back to after their phrases) and, for a
+# region, the regional variant characters (the dictionaries of the shipped
+# tw2s / s2tw / hk2s / s2hk configs, without their phrase dictionaries).
+_CHAR_CHAINS = {
+    ("t2s", "none"): ("TSCharacters",),
+    ("s2t", "none"): ("STCharacters",),
+    ("t2s", "tw"): ("TWVariantsRev", "TSCharacters"),
+    ("s2t", "tw"): ("STCharacters", "TWVariants"),
+    ("t2s", "hk"): ("HKVariantsRev", "TSCharacters"),
+    ("s2t", "hk"): ("STCharacters", "HKVariants"),
+}
+# OpenCC's shipped phrase-level configs per (direction, region).
+_PHRASE_CONFIGS = {
+    ("t2s", "none"): "t2s", ("s2t", "none"): "s2t",
+    ("t2s", "tw"): "tw2sp", ("s2t", "tw"): "s2twp",
+    ("t2s", "hk"): "hk2s", ("s2t", "hk"): "s2hk",
+}
+
+
+def opencc_config(direction: str, level: str, region: str = "none") -> str | dict:
+    """The OpenCC config of a conversion: the name of a shipped config
+    (``level="phrase"``: ``t2s``, ``s2t``, ``tw2sp``, ``s2twp``, ``hk2s``,
+    ``s2hk``) or, for ``level="char"``, a config (dict) whose segmentation and
+    conversion chain use only OpenCC's character dictionaries
+    (:data:`_CHAR_CHAINS`, e.g. ``TSCharacters``): each character becomes its
+    dictionary's first candidate, whatever its neighbours (乾隆 -> 干隆; the
+    phrase config keeps 乾隆).
+
+    Raises:
+        KeyError: an unknown direction, level or region.
+    """
+    if level == "phrase":
+        return _PHRASE_CONFIGS[(direction, region)]
+    if level != "char":
+        raise KeyError(level)
+    import opencc
+
+    share = Path(opencc.__file__).parent / "clib" / "share" / "opencc"
+    chain = _CHAR_CHAINS[(direction, region)]
+    return {"name": f"mindcorpus {direction} {region} characters only",
+            "segmentation": {"type": "mmseg", "dict": {"type": "ocd2", "file": str(share / f"{chain[-1]}.ocd2")}},
+            "conversion_chain": [{"dict": {"type": "ocd2", "file": str(share / f"{name}.ocd2")}}
+                                 for name in chain]}
+
+
+@lru_cache(maxsize=16)
+def opencc_converter(direction: str, level: str, region: str = "none"):
+    """A cached ``opencc.OpenCC`` for :func:`opencc_config` (a character-level
+    config is written to a temporary file, loaded and deleted: OpenCC reads
+    configs from files only). Conversion is deterministic and ~5 M
+    characters/s per core (OpenCC 1.1+).
+
+    Raises:
+        KeyError: an unknown direction, level or region.
+    """
+    import os
+    import tempfile
+
+    import opencc
+
+    config = opencc_config(direction, level, region)
+    if isinstance(config, str):
+        return opencc.OpenCC(config)
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="mindcorpus-opencc-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        return opencc.OpenCC(path)
+    finally:
+        os.unlink(path)
+
+
+@lru_cache(maxsize=1)
+def traditional_only_table() -> dict[int, str]:
+    """A ``str.translate`` table mapping each Traditional-only character
+    (``hant_only`` of ``zh_script_chars.json``) to OpenCC's character-level
+    Simplified form (:func:`opencc_converter` ``("t2s", "char")``). Every
+    other character, among them those valid in both scripts (乾, 於, 著),
+    is left alone, so Simplified text passes through unchanged."""
+    _, kinds = _script_chars()
+    hant = "".join(c for c, kind in kinds.items() if kind == 1)
+    converted = opencc_converter("t2s", "char").convert(hant)
+    if len(converted) != len(hant):  # one character in, one out: checked, never assumed
+        return {ord(c): opencc_converter("t2s", "char").convert(c) for c in hant}
+    return {ord(a): b for a, b in zip(hant, converted) if a != b}

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stages.text import CJK_CHAR_CLASS, CJK_LANGS, FORMAT_CHARS
+from stages.zh_script import join_ideographs, opencc_converter, script_counts, traditional_only_table
 
 UNKNOWN_LANGS = frozenset({"", "und", "unknown", "zxx"})
 # Languages whose CJK text is never folded to Simplified Chinese (Japanese
@@ -161,31 +162,54 @@ def uses_char_shingles(near_normalized: str, lang: str | None) -> bool:
 FoldScript = Literal["none", "t2s", "tw2sp"]
 
 
-@lru_cache(maxsize=4)
-def _opencc(config: str):
-    import opencc
-
-    return opencc.OpenCC(config)
-
-
 def fold_script(texts: list[str], fold: FoldScript) -> list[str]:
     """Fold Traditional Chinese to Simplified before character shingling.
 
+    Each text is classified by :func:`stages.zh_script.script_counts` over
+    its whole length (characters that exist only in Simplified, S, and only
+    in Traditional Chinese, T; from OpenCC's character dictionaries):
+
+    * T = 0 (Simplified, or no telling character): unchanged. Simplified
+      text is never rewritten (the former folding ran ``tw2sp`` on every
+      document and changed the shingles of 559 of the 703 zh_CN man pages
+      of /work/shared/corpus, e.g. 文件 -> 文档).
+    * T > S (Traditional): whitespace between ideographs removed
+      (:func:`stages.zh_script.join_ideographs`), then converted by OpenCC:
+      ``t2s`` character-level (``TSCharacters`` only, each character on its
+      own), ``tw2sp`` phrase-level (Taiwan phrases to mainland ones, e.g.
+      檔案 -> 文件, then ``TSPhrases``/``TSCharacters``).
+    * 0 < T <= S (Simplified with some Traditional characters): only the
+      Traditional-only characters converted, character by character
+      (:func:`stages.zh_script.traditional_only_table`), whatever ``fold``.
+
+    So the result does not depend on whitespace between ideographs (a
+    phrase split by a line wrap still matches, and character shingles drop
+    spaces anyway), and a Simplified document's shingles are those it
+    had unfolded. Measured on the 703 zh_CN/zh_TW man-page pairs of
+    /work/shared/corpus (character 5-gram Jaccard, median / pairs >= 0.8;
+    ``bench/script_fold.py``, docs/stages/dedup.md): none 0.319 / 5;
+    ``t2s`` 0.703 / 158; ``tw2sp`` 0.958 / 690 (the former ``tw2sp`` on
+    every document: 0.920 / 655).
+
     Args:
-        texts: near-normalized texts.
-        fold: ``none`` (unchanged), ``t2s`` (OpenCC character-level
-            Traditional -> Simplified) or ``tw2sp`` (OpenCC Taiwan standard ->
-            Simplified with mainland phrases, e.g. ``檔案`` -> ``文件``).
-            Measured on the 703 zh_CN/zh_TW man-page pairs of
-            /work/shared/corpus (character 5-gram Jaccard of the pair, median
-            / share >= 0.8): none 0.32 / 0.7%, t2s 0.70 / 22.9%, tw2sp
-            0.92 / 93.2% (docs/stages/dedup.md).
+        texts: near-normalized texts (:func:`near_normalize`).
+        fold: ``none`` (unchanged), ``t2s`` or ``tw2sp``.
 
     Returns:
-        The folded texts, same length and order. Simplified text passes
-        through unchanged (OpenCC 1.1; ~5.5 M characters/s per core here).
+        The folded texts, same length and order. O(total characters): one
+        regex pass per text, OpenCC (~5 M characters/s per core) on
+        Traditional ones.
     """
     if fold == "none":
         return list(texts)
-    converter = _opencc(fold)
-    return [converter.convert(t) for t in texts]
+    converter = opencc_converter("t2s", "char") if fold == "t2s" else opencc_converter("t2s", "phrase", "tw")
+    out = []
+    for text in texts:
+        simplified, traditional = script_counts(text)
+        if not traditional:
+            out.append(text)
+        elif traditional > simplified:
+            out.append(converter.convert(join_ideographs(text)))
+        else:
+            out.append(join_ideographs(text).translate(traditional_only_table()))
+    return out
