@@ -129,7 +129,8 @@ def test_every_declared_requirement_is_an_earlier_stage():
         for needed in getattr(cfg, name).requirements():
             assert who[needed] in order[:order.index(name)], (name, needed)
             seen[name] = (needed, who[needed])
-    assert seen == {"heuristics": ("langid_lang", "langid"), "perplexity": ("langid_lang", "langid"),
+    assert seen == {"script_normalize": ("langid_lang", "langid"),
+                    "heuristics": ("langid_lang", "langid"), "perplexity": ("langid_lang", "langid"),
                     "dedup": ("perplexity_value", "perplexity"), "tokenize": ("langid_lang", "langid"),
                     "mixture": ("tokenize_num_tokens", "tokenize")}
     assert {what: who[what] for what in ASSEMBLY_REQUIRES} == {
@@ -276,11 +277,14 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
             "tokenize": {"vocab_size": 600}, "output": {"seq_length": 64}}
     for name in disabled:
         data.setdefault(name, {})["enabled"] = False
-    parse_config(data)  # valid: nothing enabled reads a disabled stage
+    cfg = parse_config(data)  # valid: nothing enabled reads a disabled stage
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
     m = result.manifest
-    assert m["stage_order"] == [s for s in stage_names() if s not in disabled] == list(m["stages"])
+    # script_normalize is off by default: the stages enabled are the others but the disabled ones
+    assert m["stage_order"] == [s for s in stage_names() if s not in disabled and getattr(cfg, s).enabled] \
+        == list(m["stages"])
+    assert "script_normalize" not in m["stage_order"]
     acc = m["accounting"]
     assert acc["documents_in"] == 120 + 20 + 2 and acc["quarantined"] == 0
     assert {s: c["documents_in"] for s, c in m["ingest"]["per_source"].items()} == {

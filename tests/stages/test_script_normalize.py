@@ -105,3 +105,17 @@ def test_changed_chars():
     assert changed_chars("abc", "abc") == 0
     assert changed_chars("這個檔案", "这个档案") == 3                 # 案 is both scripts'
     assert changed_chars("使用者\n檔案", "用户\n文件") == 1 + 2      # 户 new (用 matched); 文件
+
+
+@pytest.mark.parametrize("text, config, char, phrase", [
+    (HANT, {}, "这个档案说明头发的问题。", "这个档案说明头发的问题。"),
+    (HANT, {"region": "tw"}, "这个档案说明头发的问题。", HANS),
+    ("乾隆皇帝的頭髮", {}, "干隆皇帝的头发", "乾隆皇帝的头发"),
+    ("乾隆皇帝的头发", {"direction": "s2t"}, "乾隆皇帝的頭發", "乾隆皇帝的頭髮"),
+    (HANS, {"direction": "s2t", "region": "tw"}, "這個文件說明頭發的問題。", HANT),
+    ("使用者的預設程式", {"region": "tw"}, "使用者的预设程式", "用户的预设程序"),
+])
+def test_documented_examples(text, config, char, phrase):
+    """The table "Character level vs phrase level" of docs/stages/script_normalize.md."""
+    assert _run([(text, "zh")], **config)["text"].to_pylist() == [char]
+    assert _run([(text, "zh")], level="phrase", **config)["text"].to_pylist() == [phrase]
