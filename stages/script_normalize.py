@@ -133,10 +133,9 @@ class ScriptNormalizeStage(Stage):
         changed = table["script_normalize_changed"]
         out = {"documents_converted": int(pc.sum(pc.greater(changed, 0)).as_py() or 0),
                "characters_changed": int(pc.sum(changed).as_py() or 0)}
-        zh = pc.is_valid(changed)
-        scripts = pc.fill_null(pc.filter(table["script_normalize_from"], zh), "none")
-        for value, count in zip(*(lambda vc: (vc.field("values").to_pylist(), vc.field("counts").to_pylist()))(
-                pc.value_counts(scripts))):
+        scripts = pc.fill_null(pc.filter(table["script_normalize_from"], pc.is_valid(changed)), "none")
+        counts = pc.value_counts(scripts)
+        for value, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
             out[f"from/{value}"] = int(count)
         return out
 

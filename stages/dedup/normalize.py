@@ -188,7 +188,7 @@ def fold_script(texts: list[str], fold: FoldScript) -> list[str]:
     had unfolded. Measured on the 703 zh_CN/zh_TW man-page pairs of
     /work/shared/corpus (character 5-gram Jaccard, median / pairs >= 0.8;
     ``bench/script_fold.py``, docs/stages/dedup.md): none 0.319 / 5;
-    ``t2s`` 0.703 / 158; ``tw2sp`` 0.958 / 690 (the former ``tw2sp`` on
+    ``t2s`` 0.702 / 158; ``tw2sp`` 0.958 / 690 (the former ``tw2sp`` on
     every document: 0.920 / 655).
 
     Args:

@@ -119,3 +119,9 @@ def test_documented_examples(text, config, char, phrase):
     """The table "Character level vs phrase level" of docs/stages/script_normalize.md."""
     assert _run([(text, "zh")], **config)["text"].to_pylist() == [char]
     assert _run([(text, "zh")], level="phrase", **config)["text"].to_pylist() == [phrase]
+
+
+def test_tally_of_a_partition_without_chinese():
+    out = _run([("Hello", "en")])
+    assert ScriptNormalizeStage.tally(out) == {"documents_converted": 0, "characters_changed": 0}
+    assert ScriptNormalizeStage.tally(out.slice(0, 0)) == {"documents_converted": 0, "characters_changed": 0}
