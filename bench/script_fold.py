@@ -3,6 +3,7 @@ twins dedup finds, the twins' character 5-gram Jaccard after folding, and how
 many Simplified (zh_CN) pages folding changes.
 
     .venv/bin/python -m bench.script_fold [FILE.jsonl.zst ...] [--folds none t2s tw2sp]
+        [--normalize char|phrase|phrase-tw]
 
 Default files: ``../shared/corpus/dev-manpages.jsonl.zst`` (703 pairs) and
 the sample's ``data/sample/manuals-manpages.jsonl.zst`` (40 pairs). A twin is
@@ -58,14 +59,34 @@ def _shingles(text: str, n: int = 5) -> set[str]:
     return {text[i:i + n] for i in range(max(1, len(text) - n + 1))}
 
 
-def measure(path: Path, fold: str, work: Path) -> dict:
+def normalize_first(rows: list[dict], normalize: str) -> None:
+    """Run the ``script_normalize`` stage (``t2s``, ``level`` and ``region``
+    from ``normalize``: ``char``, ``phrase`` or ``phrase-tw``) over the zh
+    rows in place, as a build with the stage enabled does before dedup."""
+    import pyarrow as pa
+
+    from stages.script_normalize import Config, ScriptNormalizeStage
+
+    level, _, region = normalize.partition("-")
+    stage = ScriptNormalizeStage(Config(enabled=True, level=level, region=region or "none"), None)
+    zh = [r for r in rows if r["lang"] == "zh"]
+    out = stage.process(pa.table({"text": [r["text"] for r in zh], "chars": [len(r["text"]) for r in zh],
+                                  "langid_lang": ["zh"] * len(zh)}))
+    for r, text in zip(zh, out["text"].to_pylist()):
+        r["text"] = text
+
+
+def measure(path: Path, fold: str, work: Path, normalize: str | None = None) -> dict:
     """Twins found by dedup, twin Jaccard (median, pairs >= 0.8) and
     Simplified pages (package label ``Hans``) whose folded shingles differ
-    from their unfolded ones."""
+    from their unfolded ones; with ``normalize``, after the
+    ``script_normalize`` stage (:func:`normalize_first`)."""
     from bench.dedup import run_dedup, write_partitions
     from stages.dedup import fold_script, near_normalize_batch
 
     rows = read_rows(path)
+    if normalize:
+        normalize_first(rows, normalize)
     pairs = twins(rows)
     hans = [i for i, r in enumerate(rows) if r["lang"] == "zh" and r["script"] == "Hans"]
     zh = sorted({i for pair in pairs for i in pair} | set(hans))
@@ -84,7 +105,7 @@ def measure(path: Path, fold: str, work: Path) -> dict:
     found = sum(1 for a, b in pairs if cluster[rows[a]["id"]] is not None
                 and cluster[rows[a]["id"]] == cluster[rows[b]["id"]])
     zh_ids = {rows[i]["id"] for i in range(len(rows)) if rows[i]["lang"] == "zh"}
-    return {"file": str(path), "fold": fold, "pairs": len(pairs), "twins_found": found,
+    return {"file": str(path), "fold": fold, "script_normalize": normalize, "pairs": len(pairs), "twins_found": found,
             "zh_near_removed": sum(1 for i in zh_ids if reason[i] == "dedup.near_duplicate"),
             "near_duplicates_all": facts["near_duplicates"],
             "jaccard_median": round(statistics.median(jaccards), 3),
@@ -96,11 +117,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path, default=list(DEFAULT_FILES))
     ap.add_argument("--folds", nargs="*", default=["none", "t2s", "tw2sp"])
+    ap.add_argument("--normalize", choices=("char", "phrase", "phrase-tw"),
+                    help="run the script_normalize stage (t2s) before dedup")
     args = ap.parse_args()
     for path in args.files:
         for fold in args.folds:
             with tempfile.TemporaryDirectory() as tmp:
-                print(json.dumps(measure(path, fold, Path(tmp)), ensure_ascii=False), flush=True)
+                print(json.dumps(measure(path, fold, Path(tmp), args.normalize), ensure_ascii=False), flush=True)
 
 
 if __name__ == "__main__":
