@@ -116,9 +116,7 @@ def codecs_for(label: str | None) -> tuple[str, ...]:
         name = codecs.lookup(label).name
     except LookupError:
         return ()
-    name = name.replace("-", "_") if name.startswith(("latin", "big5")) else name
-    key = {"iso8859_1": "latin_1", "big5_hkscs": "big5hkscs", "big5": "big5"}.get(name, name)
-    return _ALIASES.get(key, (codecs.lookup(name).name,))
+    return _ALIASES.get({"iso8859-1": "latin_1"}.get(name, name), (name,))
 
 
 def http_charset(content_type: str | None) -> str | None:
