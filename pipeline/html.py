@@ -230,8 +230,10 @@ def _page(html: str, meta: dict, file: str, line: int, offset: int, extractor: s
     text, nul, bad = _check_text(text, file, line, offset)
     if bad:
         return bad
+    from pipeline.readers import _json_default
+
     meta = {**meta, "extractor": extractor}
-    return Record(line, text, json.dumps(meta, ensure_ascii=False, sort_keys=True), None, nul)
+    return Record(line, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=_json_default), None, nul)
 
 
 def page_from_bytes(body: bytes, meta: dict, file: str, line: int, offset: int, extractor: str,
@@ -250,23 +252,30 @@ def page_from_bytes(body: bytes, meta: dict, file: str, line: int, offset: int, 
 # -- html ---------------------------------------------------------------------------------------------------------
 
 def read_html(path: str | Path, file: str, text_field: str, max_bytes: int, extractor: str,
-              storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
+              storage_options: dict | None = None, id_field: str | None = None) -> Iterator[Record | Quarantined]:
     """Pages of a ``format: html`` input: records of a JSONL/Parquet file
-    whose ``text_field`` holds the HTML (the other fields stay in ``meta``),
-    or the whole file as one page (line 1). See the module doc."""
-    from pipeline.readers import read_jsonl, read_parquet
+    whose ``text_field`` holds the HTML (a string, or in Parquet also bytes,
+    decoded by :func:`decode_html`; the other fields stay in ``meta``;
+    ``id_field`` as for JSONL/Parquet), or the whole file as one page (line
+    1). See the module doc. Memory: one page (JSONL), one batch of
+    :data:`PARQUET_BATCH` rows (Parquet)."""
+    from pipeline.readers import read_jsonl
 
     container = detect_format(path)
-    if container in ("jsonl", "parquet"):
-        items = (read_jsonl(path, file, text_field, max_bytes, None, storage_options) if container == "jsonl"
-                 else read_parquet(path, file, text_field, None, storage_options))
-        for item in items:
+    if container == "jsonl":
+        for item in read_jsonl(path, file, text_field, max_bytes, id_field, storage_options):
             if isinstance(item, Quarantined):
                 yield item
                 continue
             meta = json.loads(item.meta)
             meta.update({"charset": "str", "charset_source": "str", "html_chars": len(item.text)})
-            yield _page(item.text, meta, file, item.line, 0, extractor, "")
+            page = _page(item.text, meta, file, item.line, 0, extractor, "")
+            if isinstance(page, Record):
+                page.doc_id = item.doc_id
+            yield page
+        return
+    if container == "parquet":
+        yield from _read_html_parquet(path, file, text_field, max_bytes, extractor, storage_options, id_field)
         return
     with _open_binary(path, storage_options) as stream:
         body = stream.read(max_bytes + 1)
@@ -276,6 +285,51 @@ def read_html(path: str | Path, file: str, text_field: str, max_bytes: int, extr
         yield Quarantined(file, 1, 0, "read.not_html", f"no HTML markup in the first {META_SCAN_BYTES} bytes")
     else:
         yield page_from_bytes(body, {}, file, 1, 0, extractor)
+
+
+# Rows of a Parquet file of pages read at a time (pages are ~10-100 KB, not
+# the ~1 KB of a text row: the Parquet reader's 4,096 would hold ~400 MB).
+PARQUET_BATCH = 256
+
+
+def _read_html_parquet(path, file: str, text_field: str, max_bytes: int, extractor: str,
+                       storage_options: dict | None, id_field: str | None) -> Iterator[Record | Quarantined]:
+    import pyarrow.parquet as pq
+
+    from pipeline.readers import _parquet_meta, _record_error
+
+    with open_input(path, storage_options) as fh:
+        pf = pq.ParquetFile(fh)
+        if text_field not in pf.schema_arrow.names:
+            raise ValueError(f"{file}: no column {text_field!r} (columns: {', '.join(pf.schema_arrow.names)})")
+        row = 0
+        for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
+            cols = batch.to_pydict()
+            pages = cols.pop(text_field)
+            for i, page in enumerate(pages):
+                row += 1
+                try:
+                    meta = _parquet_meta({k: v[i] for k, v in cols.items()})
+                    doc_id = None
+                    if id_field is not None:
+                        doc_id = meta.get(id_field)
+                        if doc_id is None or doc_id == "":
+                            yield Quarantined(file, row, 0, "read.missing_id", f"{id_field}={doc_id!r:.40}")
+                            continue
+                        doc_id = str(doc_id)
+                    if page is None:
+                        item = Quarantined(file, row, 0, "read.missing_text", "no HTML")
+                    elif isinstance(page, bytes):
+                        item = (Quarantined(file, row, 0, "read.record_too_large", f"> {max_bytes} bytes")
+                                if len(page) > max_bytes else page_from_bytes(page, meta, file, row, 0, extractor))
+                    else:
+                        item = _page(str(page), {**meta, "charset": "str", "charset_source": "str",
+                                                 "html_chars": len(str(page))}, file, row, 0, extractor, "")
+                    if isinstance(item, Record):
+                        item.doc_id = doc_id
+                except Exception as exc:  # noqa: BLE001 - one row never stops a file
+                    item = _record_error(exc, file, row, 0)
+                yield item
 
 
 # -- warc ---------------------------------------------------------------------------------------------------------

@@ -798,7 +798,7 @@ def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit:
 
             extractor = extractor or html.DEFAULT_EXTRACTOR
             it = (html.read_warc(path, file, max_bytes, extractor, storage_options) if fmt == "warc"
-                  else html.read_html(path, file, text_field, max_bytes, extractor, storage_options))
+                  else html.read_html(path, file, text_field, max_bytes, extractor, storage_options, id_field))
         else:
             it = read_text(path, file, text_unit, max_bytes, storage_options)
         for item in it:

@@ -184,6 +184,19 @@ def test_html_files_and_html_records(tmp_path):
     assert doc.line == 1 and EN_2 in doc.text and "Shop online" not in doc.text
     assert json.loads(doc.meta)["url"] == "https://e.com/r"
     assert (bad.line, bad.reason) == (2, "read.empty_extraction")
+    # id_field: the record's own id
+    doc, _ = list(read_file(jsonl, "pages.jsonl", "html", "html", "file", 1 << 20, "url"))
+    assert doc.doc_id == "https://e.com/r"
+    # Parquet: a binary column of pages in their own charsets (decoded by header/meta/detection), and a string one
+    import pyarrow as pa
+
+    table = pa.table({"html": pa.array([_page("黄河", [ZH_3, ZH_4], NAV, head='<meta charset="gbk">').encode("gbk"),
+                                        _page("River", [EN_1, EN_2], EN_NAV).encode("utf-8")], pa.binary()),
+                      "url": ["http://example.cn/huanghe", "https://e.com/r"]})
+    pq.write_table(table, tmp_path / "pages.parquet")
+    zh, en = _read(tmp_path / "pages.parquet", fmt="html", text_field="html")
+    assert ZH_4 in zh.text and "新闻中心" not in zh.text and EN_1 in en.text
+    assert json.loads(zh.meta)["url"] == "http://example.cn/huanghe" and json.loads(zh.meta)["charset"] == "gb18030"
 
 
 def test_gzip_member_scan_skips_a_corrupt_member(tmp_path):
@@ -218,7 +231,7 @@ def test_build_from_a_warc_to_mindrecord_with_the_url_in_lineage(tmp_path):
     to its URL and WARC record id; the two bad records are counted."""
     from pipeline import layout
     from pipeline.build import build
-    from pipeline.explain import find_documents
+    from pipeline.explain import explain_document, find_documents, format_explanation
     from pipeline.lineage import lineage_for_step
 
     buf = io.BytesIO()
@@ -254,3 +267,8 @@ def test_build_from_a_warc_to_mindrecord_with_the_url_in_lineage(tmp_path):
         meta = json.loads(rows[doc_id][1]["meta"])
         assert urls[meta["url"]] == meta["warc_record_id"]
         assert "Shop online" not in rows[doc_id][1]["text"]
+    # explain names the page of a document
+    explained = explain_document(result.version_dir, doc_ids[0])
+    meta = json.loads(rows[doc_ids[0]][1]["meta"])
+    assert explained["page"]["url"] == meta["url"] and explained["page"]["warc_record_id"] == meta["warc_record_id"]
+    assert f"page {meta['url']}" in format_explanation(explained).splitlines()[1]
