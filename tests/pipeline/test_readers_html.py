@@ -155,6 +155,11 @@ def test_charset_order_and_labels():
     body = _page("长江", [ZH_1, ZH_2, ZH_3]).encode("gb18030")
     text, codec, source, _ = H.decode_html(body)
     assert source == "detected" and ZH_3 in text
+    # one stray byte: the labelled charset with one U+FFFD, the text around it intact
+    body = _page("长江", [ZH_1, ZH_2, ZH_3]).encode("gbk")
+    at = body.index(ZH_2[:4].encode("gbk"))
+    text, codec, source, replaced = H.decode_html(body[:at] + b"\xff" + body[at:], "gbk")
+    assert (codec, source, replaced) == ("gb18030", "http", 1) and ZH_2 in text and ZH_3 in text
     # a UTF-8 BOM is the charset
     assert H.decode_html(b"\xef\xbb\xbf<p>caf\xc3\xa9</p>", "latin-1")[0:3] == ("<p>café</p>", "utf-8", "bom")
     # bytes no charset decodes: undecodable
