@@ -48,6 +48,7 @@ URL when there is one):
 * ``read.empty_extraction``: the extractor found no main text.
 * ``read.extraction_error``: the extractor raised.
 * ``read.record_too_large``: a record (HTML bytes) above ``ingest.max_record_bytes``.
+* ``read.record_error``: any other error on one record (named in the detail).
 
 Memory is O(one record): a gzip member is decompressed whole (up to
 ``max_bytes``), an uncompressed file is streamed.
@@ -418,11 +419,17 @@ def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes:
     data that is not a record (the caller quarantines it)."""
     from warcio.archiveiterator import ArchiveIterator
 
+    from pipeline.readers import _record_error
+
     it = ArchiveIterator(data, arc2warc=True, check_digests=False)
     line = first_line
     for record in it:
         offset = base_offset + it.offset  # the record's start (get_record_offset() would read it to its end)
-        yield 1, _warc_item(record, file, line, offset, max_bytes, extractor)
+        try:
+            item = _warc_item(record, file, line, offset, max_bytes, extractor)
+        except Exception as exc:  # noqa: BLE001 - one record never stops a file
+            item = _record_error(exc, file, line, offset)
+        yield 1, item
         line += 1
 
 
