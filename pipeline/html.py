@@ -51,7 +51,8 @@ URL when there is one):
 * ``read.record_error``: any other error on one record (named in the detail).
 
 Memory is O(one record): a gzip member is decompressed whole (up to
-``max_bytes``), an uncompressed file is streamed.
+``max_bytes``); an uncompressed file, and a member larger than that (a WARC
+gzipped whole, not per record), are streamed.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from pipeline.readers import Quarantined, Record, _check_text, _open_binary, detect_format, open_input
@@ -351,8 +352,10 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
     than ``max_bytes`` decompressed: decoded to its end without being kept).
     After a truncated or corrupt member the scan resumes one byte after its
     start, at the next gzip magic (``1f 8b 08``), so the members after a cut
-    one are still read. Memory: one member's compressed bytes plus at most
-    ``max_bytes`` of its content."""
+    one are still read; after a too-large one (cut or not), at the point its
+    decoding stopped. Memory: one member's compressed bytes plus at most
+    ``max_bytes`` of its content (a too-large member's compressed bytes are
+    dropped as they are decoded)."""
     buf = b""
     base = 0  # file offset of buf[0]
     eof = False
@@ -376,11 +379,14 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
             fill()
             start = buf.find(_GZIP_MEMBER)
         base, buf = base + start, buf[start:]
+        offset = base
         d = zlib.decompressobj(31)
         out: list[bytes] = []
         size = pos = 0
         problem = None
         while True:
+            if size > max_bytes and pos:  # too large: no rescan will come, keep no compressed bytes
+                base, buf, pos = base + pos, buf[pos:], 0
             if pos >= len(buf) and not fill():
                 problem = "truncated"
                 break
@@ -391,7 +397,7 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
                 # A member cut short runs into the next one: zlib fails on
                 # the next member's bytes. Fed in steps of _FEED bytes, so the
                 # failure lies within _FEED bytes after the next magic.
-                cut = buf.find(_GZIP_MEMBER, 1, fed)
+                cut = buf.find(_GZIP_MEMBER, 1, fed) if size <= max_bytes else -1
                 problem = f"truncated (next member at byte {base + cut})" if cut > 0 else f"corrupt: {exc}"
                 break
             pos = fed - len(d.unconsumed_tail) - len(d.unused_data)
@@ -402,17 +408,20 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
                 out.clear()
             if d.eof:
                 break
-        if problem is None:
-            offset = base
+        if size > max_bytes:  # the caller streams it again, and sees its end (or its cut) itself
             base, buf = base + pos, buf[pos:]
-            yield offset, (b"".join(out) if size <= max_bytes else None), (None if size <= max_bytes else "too_large")
+            yield offset, None, "too_large"
             continue
-        yield base, None, problem
+        if problem is None:
+            base, buf = base + pos, buf[pos:]
+            yield offset, b"".join(out), None
+            continue
+        yield offset, None, problem
         base, buf = base + 1, buf[1:]
 
 
-def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes: int, extractor: str
-                  ) -> Iterator[tuple[int, Record | Quarantined | None]]:
+def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes: int, extractor: str,
+                  member_offset: int | None = None) -> Iterator[tuple[int, Record | Quarantined | None]]:
     """``(records seen, item)`` for each record of a WARC/ARC byte stream
     (uncompressed: one gzip member's content, or a whole plain file); item
     None for a record that is not a response. Raises what warcio raises on
@@ -426,15 +435,15 @@ def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes:
     for record in it:
         offset = base_offset + it.offset  # the record's start (get_record_offset() would read it to its end)
         try:
-            item = _warc_item(record, file, line, offset, max_bytes, extractor)
+            item = _warc_item(record, file, line, offset, max_bytes, extractor, member_offset)
         except Exception as exc:  # noqa: BLE001 - one record never stops a file
             item = _record_error(exc, file, line, offset)
         yield 1, item
         line += 1
 
 
-def _warc_item(record, file: str, line: int, offset: int, max_bytes: int, extractor: str
-               ) -> Record | Quarantined | None:
+def _warc_item(record, file: str, line: int, offset: int, max_bytes: int, extractor: str,
+               member_offset: int | None = None) -> Record | Quarantined | None:
     if record.rec_type != "response":
         return None
     h = record.rec_headers
@@ -442,6 +451,8 @@ def _warc_item(record, file: str, line: int, offset: int, max_bytes: int, extrac
     where = f"{url}: " if url else ""
     meta = {"url": url, "warc_date": h.get_header("WARC-Date"), "warc_record_id": h.get_header("WARC-Record-ID"),
             "warc_offset": offset}
+    if member_offset is not None:
+        meta["warc_member_offset"] = member_offset
     http = record.http_headers
     if http is None:
         return Quarantined(file, line, offset, "read.not_html", f"{where}no HTTP headers")
@@ -491,6 +502,12 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
                 yield Quarantined(file, line, -1, "read.corrupt_record", f"{type(exc).__name__}: {exc}"[:200])
             return
         for offset, member, problem in _gzip_members(stream, max_bytes):
+            if problem == "too_large":
+                # More than one record may hold: a whole file gzipped as one
+                # stream (not per record). Streamed through warcio from the
+                # member's start, in bounded memory.
+                line = yield from _stream_member(path, file, offset, line, max_bytes, extractor, storage_options)
+                continue
             if problem is not None:
                 reason = ("read.truncated_record" if problem.startswith("truncated") else
                           "read.record_too_large" if problem == "too_large" else "read.corrupt_record")
@@ -509,3 +526,62 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
                 line += 1
             if line == before:  # an empty member still takes a place, so later ordinals do not move
                 line += 1
+
+
+class _OneMember(io.RawIOBase):
+    """The decompressed bytes of the one gzip member that starts at the
+    stream's position. A stream that ends inside the member ends the bytes
+    too, and sets :attr:`truncated` (raising would lose the bytes a buffered
+    reader holds)."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._d = zlib.decompressobj(31)
+        self._pending = b""
+        self.truncated = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self._pending and not self._d.eof and not self.truncated:
+            chunk = self._d.unconsumed_tail or self._raw.read(1 << 16)
+            if not chunk:
+                self.truncated = True
+                break
+            self._pending = self._d.decompress(chunk, 1 << 20)
+        n = min(len(buf), len(self._pending))
+        buf[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def _stream_member(path, file: str, offset: int, line: int, max_bytes: int, extractor: str,
+                   storage_options: dict | None) -> Generator[Record | Quarantined, None, int]:
+    """The records of a gzip member too large to hold (a WARC gzipped whole,
+    or one huge record), streamed: every record's ``warc_offset`` is its
+    offset in the member's decompressed bytes, ``warc_member_offset`` the
+    member's offset in the file. A huge record is ``read.record_too_large``
+    as usual; a member cut short ends with ``read.truncated_record``."""
+    n = line
+    last = None
+    with open_input(path, storage_options) as raw:
+        raw.seek(offset)
+        member = _OneMember(raw)
+        stream = io.BufferedReader(member, 1 << 20)
+        try:
+            for step, item in _warc_records(stream, file, line, 0, max_bytes, extractor, offset):
+                n += step
+                if item is not None:
+                    last = item
+                    yield item
+        except Exception as exc:  # noqa: BLE001 - what was read stays read
+            last = Quarantined(file, n, offset, "read.corrupt_record",
+                               f"gzip member at byte {offset}: {type(exc).__name__}: {exc}"[:200])
+            yield last
+            n += 1
+        if member.truncated and getattr(last, "reason", None) not in ("read.truncated_record", "read.corrupt_record"):
+            yield Quarantined(file, n, offset, "read.truncated_record",
+                              f"gzip member at byte {offset}: the file ends inside it")
+            n += 1
+    return n

@@ -130,6 +130,26 @@ def test_uncompressed_warc_and_a_record_cut_at_the_end(tmp_path):
     assert any(isinstance(i, Quarantined) and i.reason == "read.truncated_record" for i in items)
 
 
+def test_a_warc_gzipped_whole_is_streamed(tmp_path):
+    """A .warc gzipped as one stream (not per record) is one gzip member
+    larger than a record may be: its records are streamed, in order, with
+    their offsets in the decompressed stream."""
+    plain, ids = _warc(tmp_path, gz=False)
+    whole = tmp_path / "whole.warc.gz"
+    whole.write_bytes(gzip.compress(plain.read_bytes()))
+    items = list(read_file(whole, whole.name, "warc", "text", "file", 4096, None, None, "trafilatura"))
+    docs = {i.line: i for i in items if isinstance(i, Record)}
+    assert [2, 4, 5, 6] == sorted(docs)[:4] and ZH_1 in docs[2].text and EN_2 in docs[6].text
+    meta = json.loads(docs[6].meta)
+    assert meta["warc_record_id"] == ids[6] and meta["warc_member_offset"] == 0
+    assert plain.read_bytes()[meta["warc_offset"]:].startswith(b"WARC/1.0")
+    # cut short: what was read stays, the end is read.truncated_record
+    whole.write_bytes(whole.read_bytes()[:-200])
+    items = list(read_file(whole, whole.name, "warc", "text", "file", 4096, None, None, "trafilatura"))
+    assert ZH_1 in next(i for i in items if isinstance(i, Record) and i.line == 2).text
+    assert items[-1].reason == "read.truncated_record"
+
+
 def test_resiliparse_extractor_reads_the_same_pages(tmp_path):
     path, _ = _warc(tmp_path)
     docs = {i.line: i for i in _read(path, extractor="resiliparse") if isinstance(i, Record)}
