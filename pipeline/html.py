@@ -13,7 +13,8 @@ A page becomes a :class:`pipeline.readers.Record` whose text is the page's
 main text (:func:`extract_text`; the extractor and its measured choice:
 docs/inputs_html_warc.md) and whose ``meta`` (a JSON object) leads back to
 the page: for WARC ``url`` (``WARC-Target-URI``), ``warc_date``,
-``warc_record_id``, ``warc_offset`` (byte offset of the record, or of its gzip
+``warc_record_id`` (null for ARC, which has none; ARC's ``archive-date``
+becomes ``warc_date`` in the same ISO form), ``warc_offset`` (byte offset of the record, or of its gzip
 member, in the file: what a Common Crawl index calls ``offset``),
 ``http_status``, ``content_type``; for every page ``charset`` and
 ``charset_source`` (``bom``, ``http``, ``meta``, ``detected``, or ``str`` when
@@ -430,7 +431,8 @@ def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes:
 
     from pipeline.readers import _record_error
 
-    it = ArchiveIterator(data, arc2warc=True, check_digests=False)
+    # ARC records stay ARC (arc2warc would invent a random WARC-Record-ID: not deterministic)
+    it = ArchiveIterator(data, arc2warc=False, check_digests=False)
     line = first_line
     for record in it:
         offset = base_offset + it.offset  # the record's start (get_record_offset() would read it to its end)
@@ -447,10 +449,17 @@ def _warc_item(record, file: str, line: int, offset: int, max_bytes: int, extrac
     if record.rec_type != "response":
         return None
     h = record.rec_headers
-    url = h.get_header("WARC-Target-URI") or ""
+    if record.format == "arc":  # ARC: no record id; the date is YYYYMMDDhhmmss
+        url = h.get_header("uri") or ""
+        date = h.get_header("archive-date") or ""
+        date = (f"{date[:4]}-{date[4:6]}-{date[6:8]}T{date[8:10]}:{date[10:12]}:{date[12:14]}Z"
+                if len(date) == 14 and date.isdigit() else date or None)
+        meta = {"url": url, "warc_date": date, "warc_record_id": None, "warc_offset": offset}
+    else:
+        url = h.get_header("WARC-Target-URI") or ""
+        meta = {"url": url, "warc_date": h.get_header("WARC-Date"),
+                "warc_record_id": h.get_header("WARC-Record-ID"), "warc_offset": offset}
     where = f"{url}: " if url else ""
-    meta = {"url": url, "warc_date": h.get_header("WARC-Date"), "warc_record_id": h.get_header("WARC-Record-ID"),
-            "warc_offset": offset}
     if member_offset is not None:
         meta["warc_member_offset"] = member_offset
     http = record.http_headers

@@ -150,6 +150,26 @@ def test_a_warc_gzipped_whole_is_streamed(tmp_path):
     assert items[-1].reason == "read.truncated_record"
 
 
+def test_arc_files_gzipped_per_record_and_plain(tmp_path):
+    """ARC (the format before WARC): the response's URL and archive date,
+    no record id (none is made up: the same file gives the same meta)."""
+    body = (b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=gbk\r\n\r\n"
+            + _page("长江", [ZH_1, ZH_2], NAV).encode("gbk"))
+    version = b"1 0 Example\nURL IP-address Archive-date Content-type Archive-length\n"
+    filedesc = b"filedesc://crawl.arc 0.0.0.0 20240101000000 text/plain %d\n" % len(version) + version + b"\n"
+    response = b"http://example.cn/changjiang 1.2.3.4 20240102030405 text/html %d\n" % len(body) + body + b"\n"
+    (tmp_path / "crawl.arc.gz").write_bytes(gzip.compress(filedesc) + gzip.compress(response))
+    (tmp_path / "crawl.arc").write_bytes(filedesc + response)
+    for name in ("crawl.arc.gz", "crawl.arc"):
+        (doc,) = _read(tmp_path / name, fmt="auto")
+        assert doc.line == 2 and ZH_2 in doc.text and "新闻中心" not in doc.text
+        meta = json.loads(doc.meta)
+        assert (meta["url"], meta["warc_date"], meta["warc_record_id"]) == (
+            "http://example.cn/changjiang", "2024-01-02T03:04:05Z", None)
+        assert (meta["charset"], meta["charset_source"]) == ("gb18030", "http")
+        assert _read(tmp_path / name, fmt="auto")[0].meta == doc.meta  # deterministic
+
+
 def test_resiliparse_extractor_reads_the_same_pages(tmp_path):
     path, _ = _warc(tmp_path)
     docs = {i.line: i for i in _read(path, extractor="resiliparse") if isinstance(i, Record)}
