@@ -67,7 +67,8 @@ import zlib
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-from pipeline.readers import Quarantined, Record, _check_text, _open_binary, detect_format, open_input
+from pipeline.readers import (Quarantined, Record, _check_text, _json_default, _open_binary, _parquet_meta,
+                              _record_error, detect_format, open_input, read_jsonl)
 
 EXTRACTORS = ("trafilatura", "resiliparse")
 # The extractor used when a source names none (the default of
@@ -242,8 +243,6 @@ def _page(html: str, meta: dict, file: str, line: int, offset: int, extractor: s
     text, nul, bad = _check_text(text, file, line, offset)
     if bad:
         return bad
-    from pipeline.readers import _json_default
-
     meta = {**meta, "extractor": extractor}
     return Record(line, text, json.dumps(meta, ensure_ascii=False, sort_keys=True, default=_json_default), None, nul)
 
@@ -271,8 +270,6 @@ def read_html(path: str | Path, file: str, text_field: str, max_bytes: int, extr
     ``id_field`` as for JSONL/Parquet), or the whole file as one page (line
     1). See the module doc. Memory: one page (JSONL), one batch of
     :data:`PARQUET_BATCH` rows (Parquet)."""
-    from pipeline.readers import read_jsonl
-
     container = detect_format(path)
     if container == "jsonl":
         for item in read_jsonl(path, file, text_field, max_bytes, id_field, storage_options):
@@ -307,8 +304,6 @@ PARQUET_BATCH = 256
 def _read_html_parquet(path, file: str, text_field: str, max_bytes: int, extractor: str,
                        storage_options: dict | None, id_field: str | None) -> Iterator[Record | Quarantined]:
     import pyarrow.parquet as pq
-
-    from pipeline.readers import _parquet_meta, _record_error
 
     with open_input(path, storage_options) as fh:
         pf = pq.ParquetFile(fh)
@@ -428,8 +423,6 @@ def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes:
     None for a record that is not a response. Raises what warcio raises on
     data that is not a record (the caller quarantines it)."""
     from warcio.archiveiterator import ArchiveIterator
-
-    from pipeline.readers import _record_error
 
     # ARC records stay ARC (arc2warc would invent a random WARC-Record-ID: not deterministic)
     it = ArchiveIterator(data, arc2warc=False, check_digests=False)
