@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--seq-length", type=int, default=2048)
-    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "tokenizer", "loader"],
+    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "tokenizer", "loader", "html"],
                     help="topic benchmarks to run after the build (bench/<topic>.py)")
     args = ap.parse_args()
 

@@ -85,7 +85,7 @@ TOOLS_DIR = Path(os.environ.get("MINDCORPUS_TOOLS_DIR") or REPO_ROOT / "tools" /
 # The code each phase runs (roots of ``pipeline.code_digest.code_digest``: a
 # module, or ``module:name`` for one definition and what it reaches). Its
 # digest is part of the phase's fingerprint, so changed code re-runs it.
-INGEST_CODE = ("pipeline.readers", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
+INGEST_CODE = ("pipeline.readers", "pipeline.html", "pipeline.build:list_inputs", "pipeline.build:ingest_phase")
 # Every stage also runs its own module (``stages.stage_module``).
 STAGE_CODE = ("pipeline.executor:process_partition",)
 ASSEMBLE_CODE = ("pipeline.assemble", "pipeline.writer", "pipeline.formats", "pipeline.megatron", "pipeline.layout",
@@ -274,7 +274,7 @@ def _ingest_file(task: dict[str, Any]) -> dict[str, Any]:
     failure = None
     items = ([unreadable] if unreadable else
              read_file(task["path"], file, task["format"], task["text_field"], task["text_unit"],
-                       task["max_bytes"], task["id_field"], task["storage_options"]))
+                       task["max_bytes"], task["id_field"], task["storage_options"], task.get("extractor")))
     # name_errors=False: an input read error must not be blamed on the quarantine file
     with atomic_path(qpath, name_errors=False) as qtmp, open(qtmp, "w", encoding="utf-8") as qfh:
         for item in items:
@@ -510,7 +510,7 @@ def check_input_schemas(cfg, inputs: list[dict[str, Any]], threads: int = 16) ->
     for inp in inputs:
         scfg = cfg.sources[inp["source"]]
         fmt = detect_format(inp["path"]) if scfg.format == "auto" else scfg.format
-        if fmt == "parquet":
+        if fmt == "parquet" or (fmt == "html" and detect_format(inp["path"]) == "parquet"):
             checks.append((inp["path"], scfg.text_field, scfg.id_field, scfg.storage_options))
             names.append(inp)
     if not checks:
@@ -550,7 +550,7 @@ def ingest_phase(cfg, inputs: list[dict[str, Any]], work: Path, executor, runlog
         tasks.append({"source": inp["source"], "path": inp["path"], "file": inp["file"],
                       "identity": inp["identity"], "format": scfg.format, "text_field": scfg.text_field,
                       "text_unit": scfg.text_unit, "lang": scfg.lang, "id_field": scfg.id_field,
-                      "max_bytes": cfg.ingest.max_record_bytes, "storage_options": scfg.storage_options,
+                      "extractor": scfg.extractor, "max_bytes": cfg.ingest.max_record_bytes, "storage_options": scfg.storage_options,
                       "partition_bytes": cfg.ingest.partition_bytes,
                       "partition_max_docs": cfg.ingest.partition_max_docs,
                       "out_dir": str(ingest_dir), "cache_dir": str(work.parent / "cache"), "index": index})

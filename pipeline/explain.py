@@ -35,6 +35,7 @@ rule has a negative margin (or an undefined value).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +292,24 @@ def explain_row(doc_id: str, stage_dropped: str | None, row: dict[str, Any], man
     return {"doc_id": doc_id, "source": row.get("source"), "file": row.get("file"), "line": row.get("line"),
             "lang": row.get("langid_lang"), "chars": row.get("chars"), "kept": stage_dropped is None,
             "dropped_by": stage_dropped, "reason": reason, "failing": failing, "stages": stages,
-            "text_excerpt": (row.get("text") or "")[:200]}
+            "text_excerpt": (row.get("text") or "")[:200], "page": page_of(row.get("meta"))}
+
+
+# The keys of a document's meta that name the web page it came from
+# (``pipeline.html``: WARC and HTML inputs; a JSONL/Parquet ``url`` field too).
+PAGE_KEYS = ("url", "warc_date", "warc_record_id", "warc_offset", "http_status")
+
+
+def page_of(meta: str | None) -> dict[str, Any] | None:
+    """The web page a document came from: :data:`PAGE_KEYS` found in its
+    ``meta`` JSON (None when meta is absent, not JSON, or has no ``url``)."""
+    try:
+        parsed = json.loads(meta) if meta else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(parsed, dict) or not parsed.get("url"):
+        return None
+    return {k: parsed[k] for k in PAGE_KEYS if parsed.get(k) is not None}
 
 
 def _num(value: Any) -> str:
@@ -311,6 +329,9 @@ def format_explanation(result: dict[str, Any], all_checks: bool = True) -> str:
     head = f"{result['doc_id']}  source {result['source']}  {result['file']} line {result['line']}  " \
            f"lang {result['lang']}  {result['chars']} chars"
     out = [head]
+    page = result.get("page")
+    if page:
+        out.append(f"page {page['url']}" + "".join(f"  {k} {page[k]}" for k in PAGE_KEYS[1:] if k in page))
     if result["kept"]:
         out.append("KEPT by every stage")
     else:

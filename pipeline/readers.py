@@ -12,7 +12,8 @@ A record that cannot be read is never dropped silently: it becomes a
 ``read.too_deeply_nested``, ``read.not_object``, ``read.missing_text``,
 ``read.text_not_string``, ``read.empty_text``, ``read.lone_surrogate``,
 ``read.missing_id``, ``read.duplicate_id``, ``read.record_too_large``,
-``read.record_error``), and is counted in the manifest. A file that cannot be
+``read.record_error``; web pages add those of :mod:`pipeline.html`), and is
+counted in the manifest. A file that cannot be
 read whole gets one file-level entry (:data:`FILE_REASONS`) after the records
 read before the failure; no error of one record or one file stops a build.
 
@@ -293,13 +294,18 @@ def input_size_and_sha256(path: str | Path, storage_options: dict | None = None)
 
 
 def detect_format(path: Path) -> str:
-    """``jsonl``, ``parquet`` or ``text`` from the file name."""
+    """``jsonl``, ``parquet``, ``warc`` (``.warc``, ``.arc``), ``html``
+    (``.html``, ``.htm``, ``.xhtml``) or ``text`` from the file name."""
     name = Path(str(path)).name.lower()
     for comp in (".gz", ".zst"):
         if name.endswith(comp):
             name = name[: -len(comp)]
     if name.endswith(".parquet"):
         return "parquet"
+    if name.endswith((".warc", ".arc")):
+        return "warc"
+    if name.endswith((".html", ".htm", ".xhtml")):
+        return "html"
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
     return "text"
@@ -763,8 +769,11 @@ def file_failure(exc: BaseException) -> str:
 
 def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit: str,
               max_bytes: int, id_field: str | None = None,
-              storage_options: dict | None = None) -> Iterator[Record | Quarantined]:
+              storage_options: dict | None = None, extractor: str | None = None) -> Iterator[Record | Quarantined]:
     """All records of one input file, quarantining what cannot be read.
+
+    ``html`` and ``warc`` inputs are web pages: their records are the pages'
+    main text by ``extractor`` (``pipeline.html``, its own reasons there).
 
     A file that cannot be read whole yields the records read so far and then
     one file-level entry (``byte_offset`` -1, ``line`` one past the last
@@ -784,6 +793,12 @@ def read_file(path: str | Path, file: str, fmt: str, text_field: str, text_unit:
             it = read_jsonl(path, file, text_field, max_bytes, id_field, storage_options)
         elif fmt == "parquet":
             it = read_parquet(path, file, text_field, id_field, storage_options)
+        elif fmt in ("html", "warc"):
+            from pipeline import html
+
+            extractor = extractor or html.DEFAULT_EXTRACTOR
+            it = (html.read_warc(path, file, max_bytes, extractor, storage_options) if fmt == "warc"
+                  else html.read_html(path, file, text_field, max_bytes, extractor, storage_options, id_field))
         else:
             it = read_text(path, file, text_unit, max_bytes, storage_options)
         for item in it:
