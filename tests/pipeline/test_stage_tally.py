@@ -289,3 +289,15 @@ def test_a_tally_that_is_not_str_to_int_stops_with_the_stage_named():
         partition_tally("odd", Numpy, view, "part-00000-00000.parquet")
     with pytest.raises(RuntimeError, match=r"stage odd on p: tally returned list, not a dict"):
         partition_tally("odd", Listed, view, "p")
+
+
+def test_python_m_pipeline_stages_shows_a_stage_tally(plugins):
+    from pipeline.contract import describe, format_stages
+
+    found = {s["name"]: s for s in describe(("digits_stage", "edits_stage"))}
+    assert found["masker"]["tally_columns"] == ["masker_edits"]
+    assert found["digits"]["tally_columns"] == ["digits_share"] and found["langid"]["tally_columns"] == []
+    text = format_stages(list(found.values()))
+    assert ("       tally    over masker_edits (counts per source in the manifest's "
+            "stages.masker.per_source.<source>.tally and in report.html)\n") in text
+    assert text.count("       tally    over") == 2
