@@ -141,25 +141,46 @@ def _read_state(out_dir: Path) -> dict[str, Any]:
 
 
 def _merge_counts(into: dict[str, dict[str, Any]], add: dict[str, dict[str, Any]]) -> None:
+    """Add one partition's per-source counts (``partition_counts``, with a
+    stage's ``tally`` when it has one) to ``into``: every number summed, the
+    dropped reasons and the tally keys summed per key."""
     for src, c in add.items():
         s = into.setdefault(src, {"documents_in": 0, "chars_in": 0, "kept": 0, "kept_chars": 0, "dropped": {}})
         for k in ("documents_in", "chars_in", "kept", "kept_chars"):
             s[k] += c[k]
         for reason, n in c["dropped"].items():
             s["dropped"][reason] = s["dropped"].get(reason, 0) + n
+        if "tally" in c:
+            tally = s.setdefault("tally", {})
+            for key, n in c["tally"].items():
+                tally[key] = tally.get(key, 0) + n
 
 
 def _sorted_counts(per_source: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {src: {**c, "dropped": dict(sorted(c["dropped"].items()))} for src, c in sorted(per_source.items())}
+    """Sources, dropped reasons and tally keys in sorted order (the manifest
+    is the same whatever order the partitions finished in)."""
+    out = {}
+    for src, c in sorted(per_source.items()):
+        out[src] = {**c, "dropped": dict(sorted(c["dropped"].items()))}
+        if "tally" in c:
+            out[src]["tally"] = dict(sorted(c["tally"].items()))
+    return out
 
 
-def _totals(per_source: dict[str, Any]) -> dict[str, Any]:
+def _totals(per_source: dict[str, Any], tallied: bool = False) -> dict[str, Any]:
+    """The sums over sources of :func:`_sorted_counts`'s numbers; with
+    ``tallied`` (a stage with ``Stage.tally_columns``) also ``tally``: each
+    key summed over sources, keys sorted (``{}`` when no document entered)."""
     tot = {"documents_in": 0, "chars_in": 0, "kept": 0, "kept_chars": 0, "dropped": Counter()}
+    tally: Counter = Counter()
     for s in per_source.values():
         for k in ("documents_in", "chars_in", "kept", "kept_chars"):
             tot[k] += s[k]
         tot["dropped"].update(s["dropped"])
+        tally.update(s.get("tally") or {})
     tot["dropped"] = dict(sorted(tot["dropped"].items()))
+    if tallied:
+        tot["tally"] = {k: int(v) for k, v in sorted(tally.items())}
     return tot
 
 
@@ -660,7 +681,10 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         (the partitions with this stage's layer, fingerprint, stage report
         ``{"per_source", "totals", "fit", "settings", "warnings",
         "figures"}``, kept documents per partition, the stage's checked
-        :class:`FitResult`).
+        :class:`FitResult`). A stage with ``Stage.tally_columns`` also has
+        ``per_source.<source>.tally`` and ``totals.tally`` (key -> count,
+        summed over partitions, keys sorted) and ``tally_columns`` (column
+        -> its declared meaning, for the report).
     """
     stage_cfg = getattr(cfg, name)
     plugins = tuple(cfg.plugins)
@@ -720,9 +744,14 @@ def run_stage(name: str, cfg, in_parts: list[PartitionRef], work: Path, upstream
         _merge_counts(per_source, r["counts"])
     per_source = _sorted_counts(per_source)
     fit = FitResult.from_json(state["fit"])
-    report = {"per_source": per_source, "totals": _totals(per_source), "fit": fit.facts,
+    if cls.tally_columns:       # every source that entered has a tally, empty when it counted nothing
+        for counts in per_source.values():
+            counts.setdefault("tally", {})
+    report = {"per_source": per_source, "totals": _totals(per_source, bool(cls.tally_columns)), "fit": fit.facts,
               "settings": settings, "warnings": list(fit.warnings),
               "figures": [f.to_json() for f in fit.figures]}
+    if cls.tally_columns:
+        report["tally_columns"] = {c: cls.columns[c].doc for c in cls.tally_columns}
     kept = [r["kept"] for r in results]
     state.update(done=True, report=report, kept_per_partition=kept,
                  process_seconds=round(time.perf_counter() - t1, 2))

@@ -60,7 +60,9 @@ def describe(plugins: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     stages``): per stage ``name``, ``order``, ``module``, ``can_disable``
     (False, or why not), ``reads`` (name -> [why, providing stage or
     ``"base column"``], with the default options), ``columns`` (name ->
-    ``{"dtype", "doc", "lineage"}``) and ``artifacts`` (name -> what).
+    ``{"dtype", "doc", "lineage"}``), ``artifacts`` (name -> what) and
+    ``tally_columns`` (the columns its ``Stage.tally`` counts over; empty: no
+    tally in the manifest and report).
 
     Raises:
         stages.RegistryError: a plugin cannot be imported, or two stages clash.
@@ -80,6 +82,7 @@ def describe(plugins: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             "columns": {col: {"dtype": spec.dtype, "doc": spec.doc, "lineage": spec.lineage}
                         for col, spec in cls.columns.items()},
             "artifacts": dict(cls.artifacts),
+            "tally_columns": list(cls.tally_columns),
         })
     return out
 
@@ -97,6 +100,9 @@ def format_stages(stages: list[dict[str, Any]]) -> str:
             lines.append(f"       column   {col} ({c['dtype']}){mark}: {c['doc']}")
         for what, doc in s["artifacts"].items():
             lines.append(f"       provides {what}: {doc}")
+        if s.get("tally_columns"):
+            lines.append(f"       tally    over {', '.join(s['tally_columns'])} (counts per source in the "
+                         f"manifest's stages.{s['name']}.per_source.<source>.tally and in report.html)")
     lines.append("assembly reads " + ", ".join(f"{k} ({v})" for k, v in ASSEMBLY_REQUIRES.items()))
     return "\n".join(lines) + "\n"
 

@@ -554,13 +554,17 @@ def process_partition(task: tuple) -> dict[str, Any]:
             with the fingerprint).
 
     Returns:
-        ``{"counts": partition_counts(...), "kept": n}``.
+        ``{"counts": partition_counts(...), "kept": n}``; for a stage with
+        ``tally_columns``, each source's counts also hold ``"tally"``
+        (:func:`partition_tally`, computed from the written layer, so a
+        resumed partition gives the same numbers).
 
     Raises:
         RuntimeError: the stage broke its contract (rows added, removed or
             reordered; ``keep``/``reason`` missing; a reason that does not
             start with ``<stage>.``; a column added that its
-            ``Stage.columns`` does not declare, or a declared one missing).
+            ``Stage.columns`` does not declare, or a declared one missing);
+            its ``tally`` returned something else than str -> int.
     """
     name, plugins, config, ctx, ref, out_path, fingerprint, batch_bytes, fit = task
     out_path = Path(out_path)
@@ -577,9 +581,50 @@ def process_partition(task: tuple) -> dict[str, Any]:
         check_output(name, type(stage), table, out, ctx, ref.name)
         layer = layer_table(table, out, rows)
         write_table_atomic(layer, out_path, **parquet_options(layer))
-    view, _ = read_view(ref.with_layer(out_path), ["source", "chars", KEEP, REASON], kept=False)
+    from stages import stage_class
+
+    cls = stage_class(name, plugins)
+    tallied = [c for c in cls.tally_columns if c not in ("source", "chars", KEEP, REASON)]
+    view, _ = read_view(ref.with_layer(out_path), ["source", "chars", *tallied, KEEP, REASON], kept=False)
     counts = partition_counts(view)
+    if cls.tally_columns:
+        for source, tally in partition_tally(name, cls, view, ref.name).items():
+            counts[source]["tally"] = tally
     return {"counts": counts, "kept": sum(c["kept"] for c in counts.values())}
+
+
+def partition_tally(name: str, cls, view: pa.Table, part: str) -> dict[str, dict[str, int]]:
+    """Per source, ``cls.tally`` of the documents of that source in one
+    stage's layer view (every document that entered the stage: ``source``,
+    the stage's ``tally_columns``, ``keep``, ``reason``), keys sorted.
+
+    Sources are tallied in sorted order, each on its own rows in partition
+    order, so the result depends only on the layer (the same under any
+    worker count and after a resume). O(rows of the partition).
+
+    Raises:
+        RuntimeError: ``tally`` returned something other than a dict of
+            str -> int (naming the stage, the partition and the bad entry).
+    """
+    import pyarrow.compute as pc
+
+    out: dict[str, dict[str, int]] = {}
+    if view.num_rows == 0:
+        return out
+    columns = [*cls.tally_columns, KEEP, REASON]
+    for source in sorted(set(view["source"].to_pylist())):
+        rows = view.filter(pc.equal(view["source"], source)).select(columns)
+        result = cls.tally(rows)
+        if not isinstance(result, dict):
+            raise RuntimeError(f"stage {name} on {part}: tally returned {type(result).__name__}, not a dict of "
+                               "str -> int (the stage contract: Stage.tally)")
+        bad = next(((k, v) for k, v in result.items() if not isinstance(k, str) or isinstance(v, bool)
+                    or not isinstance(v, int)), None)
+        if bad is not None:
+            raise RuntimeError(f"stage {name} on {part}: tally entry {bad[0]!r}: {bad[1]!r} "
+                               f"({type(bad[1]).__name__}) is not str -> int (convert numpy numbers with int())")
+        out[source] = {k: int(v) for k, v in sorted(result.items())}
+    return out
 
 
 def peak_rss_mb() -> float:

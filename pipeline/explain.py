@@ -207,9 +207,27 @@ def _mixture(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, An
 
 
 def _columns(row: dict[str, Any], stage: str) -> list[dict[str, Any]]:
+    """The stage's columns of ``row`` as checks without a threshold: a
+    scalar as its value; a record column (a list of structs, e.g. the edits
+    a stage made) as its element count with ``records``
+    (:func:`pipeline.lineage.record_summary`: the first
+    :data:`pipeline.lineage.RECORDS_SHOWN` elements and how many more; an
+    empty list counts 0); lists of scalars, structs and nulls are left out."""
+    from pipeline.lineage import record_summary
+
     prefix = f"{stage}_"
-    return [{"name": k, "value": v, "bound": None, "limit": None, "margin": None, "passes": None}
-            for k, v in row.items() if k.startswith(prefix) and v is not None and not isinstance(v, (list, dict))]
+    out = []
+    for k, v in row.items():
+        if not k.startswith(prefix) or v is None or isinstance(v, dict):
+            continue
+        check = {"name": k, "value": v, "bound": None, "limit": None, "margin": None, "passes": None}
+        if isinstance(v, list):
+            if not all(isinstance(e, dict) for e in v):
+                continue
+            summary = record_summary(v)
+            check.update(value=summary["count"], records=summary)
+        out.append(check)
+    return out
 
 
 def explain_document(version_dir: str | Path, doc_id: str) -> dict[str, Any]:
@@ -224,7 +242,10 @@ def explain_document(version_dir: str | Path, doc_id: str) -> dict[str, Any]:
         in build order; a stage after the dropping one has ``ran`` False. A
         check is ``{"name", "value", "bound" ("min"/"max"/"in"/None),
         "limit", "margin" (signed, rule units, >= 0 passes), "passes", and
-        "note"/"source" where useful}``.
+        "note"/"source" where useful}``; a stage's record column (a list of
+        structs, e.g. ``pii_edits``) is a check whose ``value`` is its
+        element count and whose ``records`` is ``{"count", "elements" (the
+        first 20, as stored), "more"}``.
 
     Raises:
         UnknownDocumentError: the id is in no table of the version.
@@ -325,7 +346,11 @@ def _num(value: Any) -> str:
 def format_explanation(result: dict[str, Any], all_checks: bool = True) -> str:
     """Plain text: the verdict line (kept, or dropped by stage with reason,
     value and threshold), then per stage one line per check: ``name value
-    bound limit margin ok/FAIL note``."""
+    bound limit margin ok/FAIL note``; under a record column's line (value:
+    its element count), one line per shown element
+    (:func:`pipeline.lineage.format_record`) and ``... and N more``."""
+    from pipeline.lineage import format_records
+
     head = f"{result['doc_id']}  source {result['source']}  {result['file']} line {result['line']}  " \
            f"lang {result['lang']}  {result['chars']} chars"
     out = [head]
@@ -354,6 +379,8 @@ def format_explanation(result: dict[str, Any], all_checks: bool = True) -> str:
                                                f"{_num(c.get('bucket_cutoffs'))})") if x)
             out.append("  " + "  ".join(x for x in (f"{c['name']:<38}", f"{_num(c['value']):>10}", f"{bound:<16}",
                                                      f"{margin:<16}", f"{ok:<4}", extra) if x is not None).rstrip())
+            if c.get("records"):
+                out += format_records(c["name"], c["records"], indent="    ")[1:]
     return "\n".join(out) + "\n"
 
 

@@ -109,6 +109,81 @@ def row_groups_for(parquet: pq.ParquetFile, column: str, low: Any, high: Any) ->
 _STATS: dict[int, tuple] = {}
 
 
+# Elements of a document's record column (a stage's list<struct> column, e.g.
+# the edits a stage made) shown by explain and lineage --doc; more are counted.
+# Our choice: a screenful.
+RECORDS_SHOWN = 20
+# Characters of one string field of a record element shown; our choice.
+RECORD_VALUE_CHARS = 60
+
+
+def is_record_type(dtype: pa.DataType) -> bool:
+    """Whether a column of Arrow type ``dtype`` is a *record column*: a list
+    of structs (one struct per thing a stage recorded about the document,
+    e.g. ``list<struct<type, start, end, replacement>>``)."""
+    return (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) and pa.types.is_struct(dtype.value_type)
+
+
+def format_record(element: Any) -> str:
+    """One element of a record column on one line: ``key=value`` pairs in
+    field order (floats to 4 significant digits, strings clipped to
+    :data:`RECORD_VALUE_CHARS` characters, whitespace collapsed), e.g.
+    ``type=email start=9 end=27 replacement=<EMAIL>``."""
+    if not isinstance(element, dict):
+        return _record_value(element)
+    return " ".join(f"{k}={_record_value(v)}" for k, v in element.items())
+
+
+def _record_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = " ".join(str(value).split())
+    return text if len(text) <= RECORD_VALUE_CHARS else text[:RECORD_VALUE_CHARS - 1] + "…"
+
+
+def record_summary(values: list[Any] | None, shown: int = RECORDS_SHOWN) -> dict[str, Any]:
+    """A record column's value of one document, capped: ``{"count": n,
+    "elements": the first ``shown`` elements (dicts, as stored), "more": n -
+    shown or 0}``; a null value counts 0."""
+    values = list(values or ())
+    return {"count": len(values), "elements": values[:shown], "more": max(0, len(values) - shown)}
+
+
+def format_records(name: str, summary: dict[str, Any], indent: str = "  ") -> list[str]:
+    """Lines for :func:`record_summary` of column ``name``: a head line
+    (``masker_edits: 3``), one :func:`format_record` line per shown element,
+    and ``... and N more`` when capped."""
+    lines = [f"{indent}{name}: {summary['count']}"]
+    lines += [f"{indent}  - {format_record(e)}" for e in summary["elements"]]
+    if summary["more"]:
+        lines.append(f"{indent}  ... and {summary['more']:,} more")
+    return lines
+
+
+def read_document_records(version_dir: Path, doc_id: str, manifest: dict[str, Any],
+                          shown: int = RECORDS_SHOWN) -> dict[str, dict[str, Any]]:
+    """The record columns (:func:`is_record_type`) of kept document
+    ``doc_id`` in ``documents/``, column -> :func:`record_summary`, in the
+    table's column order (stage order); ``{}`` when the version has none or
+    the id is not kept. Reads one row group of one part (by id statistics)."""
+    path = layout.id_table_part(Path(version_dir), manifest, layout.DOCUMENTS, doc_id)
+    if path is None or not Path(path).exists():
+        return {}
+    parquet = pq.ParquetFile(path)
+    names = [f.name for f in parquet.schema_arrow if is_record_type(f.type)]
+    if not names:
+        return {}
+    groups = row_groups_for(parquet, "id", doc_id, doc_id)
+    rows = _read_groups(parquet, groups, ["id", *names])
+    rows = rows.filter(pc.equal(rows["id"], doc_id))
+    if rows.num_rows == 0:
+        return {}
+    row = rows.slice(0, 1).to_pylist()[0]
+    return {name: record_summary(row[name], shown) for name in names}
+
+
 def _read_groups(parquet: pq.ParquetFile, groups: list[int], columns: list[str], schema=None) -> pa.Table:
     if not groups:
         return (schema or parquet.schema_arrow).empty_table().select(columns)
@@ -347,8 +422,9 @@ def lineage_for_document(
     """The reverse lookup: the samples and steps that hold document ``doc_id``.
 
     Returns:
-        ``{"doc_id", "document": {decisions of decision_columns(manifest), text_excerpt}
-        or None when no sample holds it, "pieces": [...]}``; one piece per
+        ``{"doc_id", "document": {decisions of decision_columns(manifest), text_excerpt,
+        "records": read_document_records(...)} or None when no sample holds it,
+        "pieces": [...]}``; one piece per
         (copy, sample) in (repeat, doc_token_start) order, with
         ``sample_index``, ``step``, ``dp_rank``, ``row`` (where epoch 0 reads
         it; a sample of the last incomplete batch of epoch 0 is in the step
@@ -386,6 +462,7 @@ def lineage_for_document(
     if pieces:
         document = read_documents(version_dir, [doc_id], text_chars, manifest=manifest)[doc_id]
         document = {k: document.get(k) for k in (*decision_columns(manifest), "text_excerpt")}
+        document["records"] = read_document_records(version_dir, doc_id, manifest)
     return {"doc_id": doc_id, "document": document, "pieces": pieces, "display": _display(manifest)}
 
 
@@ -393,7 +470,9 @@ def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> 
     """A plain-text table of :func:`lineage_for_document`: one line per piece
     (step, rank, row in epoch 0, sample, segment, copy, token ranges, and,
     when more epochs were asked for, where each later epoch reads it), then the
-    document's decisions (and its text excerpt with ``show_text``)."""
+    document's decisions, each non-empty record column (what a stage recorded
+    about it, e.g. its edits: one line per element, :func:`format_records`),
+    and its text excerpt with ``show_text``."""
     later = any(len(p.get("epochs") or []) > 1 for p in result["pieces"])
     header = ["step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok",
               *(["later epochs (epoch:step/rank/row)"] if later else [])]
@@ -415,6 +494,9 @@ def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> 
                                                   for col, digits in cols)
                             for stage, cols in result.get("display") or [])
         out.append(f"{result['doc_id']}: {len(result['pieces'])} pieces in steps {steps} (epoch 0); {decided}")
+        for name, summary in (doc.get("records") or {}).items():
+            if summary["count"]:
+                out += format_records(name, summary)
         if show_text:
             out.append(" ".join((doc.get("text_excerpt") or "").split()))
     return "\n".join(out) + "\n"

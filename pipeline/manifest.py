@@ -224,7 +224,9 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         ingest_counts: per source documents and characters read.
         partitions: number of ingest partitions.
         stage_reports: stage -> ``{"per_source", "totals", "fit", "settings",
-            "warnings", "figures"}``.
+            "warnings", "figures"}`` (and, for a stage with a tally,
+            ``per_source.<source>.tally``, ``totals.tally``: key -> count,
+            and ``tally_columns``: column -> meaning).
         tokenizer_facts: the fit facts of the stage that made the tokenizer
             (the manifest's ``tokenizer``).
         mixture_facts: the fit facts of the stage that planned the copies

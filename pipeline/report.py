@@ -2,7 +2,8 @@
 server, no network), plots drawn with matplotlib and inlined as SVG.
 
 Sections: the funnel (documents, characters and tokens after each stage, per
-source and per language), drop reasons with expandable examples,
+source and per language), drop reasons with expandable examples, what the
+stages counted (``Stage.tally``: a table key x source per stage),
 distributions (document length, language score, perplexity per language with
 bucket cut-offs, dedup cluster sizes, the LSH S-curve), the mixture (target vs
 realized), the output, the tokenizer coverage headline, run facts, and the
@@ -130,6 +131,86 @@ def coverage_sections(m: dict[str, Any]) -> list[str]:
                  for lang, c in sorted((cov.get("unscored") or {}).items(), key=lambda kv: -kv[1]["docs"])]
         parts.append(f"<h3 id='coverage-{_e(name)}'>{_e(name)}: languages with and without a {_e(unit)}</h3>")
         parts.append(_table(["language", f"has a {_e(unit)}", "documents", "share", "chars", "why not"], rows))
+    return parts
+
+
+#: Children of one tally key (``parent/child``) shown, by total; the rest are
+#: counted in one row. Our choice: a decontamination report names at most this
+#: many benchmark items per benchmark before it stops being read.
+TALLY_CHILDREN_SHOWN = 30
+
+
+def tally_rows(per_source: dict[str, dict[str, int]], children_shown: int = TALLY_CHILDREN_SHOWN
+               ) -> list[tuple[str, dict[str, int], int, str]]:
+    """The rows of a stage's tally table, from ``{source: {key: count}}``.
+
+    Returns:
+        ``(key, {source: count}, total, kind)`` per row, by parent (a key
+        without ``/``, or the part of a key before its first ``/``), parents
+        sorted: the parent's own row (``kind`` ``"key"``) when it is a key,
+        then its children (``"child"``): the ``children_shown`` with the
+        largest total (ties by key), then one ``"more"`` row, key
+        ``"<parent>/… N more"``, summing the others.
+    """
+    totals: dict[str, int] = {}
+    for counts in per_source.values():
+        for key, n in counts.items():
+            totals[key] = totals.get(key, 0) + n
+    rows = []
+
+    def row(key: str, kind: str, keys: list[str] | None = None) -> tuple[str, dict[str, int], int, str]:
+        keys = keys or [key]
+        by_source = {src: sum(counts.get(k, 0) for k in keys) for src, counts in per_source.items()}
+        return key, by_source, sum(totals[k] for k in keys), kind
+
+    children: dict[str, list[str]] = {}
+    for key in totals:
+        if "/" in key:
+            children.setdefault(key.split("/", 1)[0], []).append(key)
+    for parent in sorted({k for k in totals if "/" not in k} | set(children)):
+        if parent in totals:
+            rows.append(row(parent, "key"))
+        ranked = sorted(children.get(parent, ()), key=lambda k: (-totals[k], k))
+        rows += [row(k, "child") for k in ranked[:children_shown]]
+        rest = ranked[children_shown:]
+        if rest:
+            rows.append(row(f"{parent}/… {len(rest):,} more", "more", rest))
+    return rows
+
+
+def tally_sections(m: dict[str, Any]) -> list[str]:
+    """Per stage whose manifest entry has ``totals.tally`` (a stage with
+    ``Stage.tally_columns``): a heading, what the tallied columns mean
+    (``stages.<name>.tally_columns``), and a table key x source with a total
+    column (:func:`tally_rows`); each count cell carries ``data-tally-stage``,
+    ``data-key`` and ``data-source`` (``total`` for the total) so a browser
+    test can check it against the manifest. Nothing when no stage tallies."""
+    parts = []
+    for name in m["stage_order"]:
+        entry = m["stages"][name]
+        if "tally" not in (entry.get("totals") or {}):
+            continue
+        per_source = {src: c.get("tally") or {} for src, c in sorted(entry["per_source"].items())}
+        sources = list(per_source)
+        parts.append(f"<h3 id='tally-{_e(name)}'>{_e(name)}</h3>")
+        meaning = entry.get("tally_columns") or {}
+        if meaning:
+            parts.append("<p>counted over " + "; ".join(f"<code>{_e(c)}</code>: {_e(doc)}" for c, doc in meaning.items())
+                         + " (every document that entered the stage, kept and dropped)</p>")
+        rows = []
+        for key, by_source, total, kind in tally_rows(per_source):
+            attr = f' data-tally-stage="{_e(name)}" data-key="{_e(key)}"' if kind != "more" else ""
+            label = f"<span class='est'>{_e(key)}</span>" if kind == "more" else (
+                f"&nbsp;&nbsp;{_e(key)}" if kind == "child" else f"<b>{_e(key)}</b>")
+            rows.append([label] + [f'<span{attr} data-source="{_e(src)}">{_num(by_source[src])}</span>'
+                                   if attr else _num(by_source[src]) for src in sources]
+                        + [f'<span{attr} data-source="total">{_num(total)}</span>' if attr else _num(total)])
+        if not rows:
+            parts.append("<p>nothing counted</p>")
+            continue
+        parts.append(_table(["key"] + sources + ["total"], rows))
+    if parts:
+        parts.insert(0, "<h2 id='tallies'>Stage tallies</h2>")
     return parts
 
 
@@ -552,6 +633,9 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
             items = "".join(f"<p><b>{_e(e['id'])}</b></p><pre>{_e(e['text'])}</pre>" for e in ex.get(reason, []))
             parts.append(f"<details><summary>{_e(reason)}: {count:,} ({count / max(n_in, 1):.1%} of "
                          f"{n_in:,})</summary>{items}</details>")
+
+    # what the stages counted (Stage.tally), e.g. edits per type, benchmark hits per item
+    parts += tally_sections(m)
 
     # distributions
     parts.append("<h2 id='distributions'>Distributions</h2>")

@@ -162,6 +162,20 @@ def registry(plugins: tuple[str, ...] = ()) -> dict[str, str]:
             if bad:
                 raise RegistryError(f"{module_name}:{cls.__name__}: column(s) {bad} do not start with "
                                     f"{cls.name + '_'!r} (a stage's columns are prefixed by its name)")
+            tallied = cls.tally_columns
+            if isinstance(tallied, str) or not all(isinstance(c, str) for c in tallied):
+                raise RegistryError(f"{module_name}:{cls.__name__}: tally_columns must be a tuple of column names, "
+                                    f"not {tallied!r}")
+            unknown = [c for c in tallied if c not in cls.columns]
+            if unknown:
+                raise RegistryError(f"{module_name}:{cls.__name__}: tally_columns {unknown} are not among its "
+                                    "declared columns (Stage.columns)")
+            nested = [c for c, spec in cls.columns.items() if spec.lineage and spec.dtype.strip().startswith(
+                ("list", "large_list", "struct", "map", "fixed_size_list"))]
+            if nested:
+                raise RegistryError(f"{module_name}:{cls.__name__}: column(s) {nested} are marked lineage=True but "
+                                    "are not scalar (a lineage segment carries small scalar columns; a list "
+                                    "column stays in documents/ and decisions/, where explain shows it)")
             have = found.get(cls.name)
             if have is not None and have is not cls:
                 raise RegistryError(f"stage name {cls.name!r} is defined twice: {_path(have)} and {_path(cls)}")

@@ -478,6 +478,10 @@ class Stage:
     #: docs/architecture.md, "Scale"). Every built-in stage is; a stage that
     #: needs the whole partition at once leaves it False.
     row_independent: ClassVar[bool] = False
+    #: Columns :meth:`tally` reads (each declared in :attr:`columns`); empty:
+    #: the stage has no tally (no ``tally`` key in its manifest entry). Checked
+    #: when the stages are registered (``stages.registry``).
+    tally_columns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: BaseStageConfig, ctx: StageContext):
         self.config = config
@@ -501,6 +505,31 @@ class Stage:
         I/O. Returns one line per problem, starting with the key
         (``perplexity.models.en: ...``). Default: none."""
         return []
+
+    @classmethod
+    def tally(cls, table: pa.Table) -> dict[str, int]:
+        """Counts over ``table``: the documents of ONE source that entered the
+        stage in one partition (kept and dropped), with the columns
+        :attr:`tally_columns` + ``keep`` + ``reason`` (n rows, any n >= 1).
+
+        Returns key -> count (a Python ``int``, >= 0 by convention; keys:
+        short strings, ``"/"`` nests a child under a parent, e.g. ``"gsm8k"``
+        and ``"gsm8k/123"``; a key with no count may be left out). The build
+        (``pipeline.executor.process_partition``) calls it once per source
+        per partition after the stage's layer is written and sums the
+        results per key over partitions into the manifest's
+        ``stages.<name>.per_source.<source>.tally`` and
+        ``stages.<name>.totals.tally`` (keys sorted); ``report.html`` shows
+        them as a table key x source. A resumed partition is tallied from
+        its layer, so the counts must depend only on these columns (no
+        state of the stage object: it is a classmethod, and the same numbers
+        come whatever the worker count or batch split). Anything but a dict
+        of str -> int stops the build with the stage named.
+
+        O(n) time and memory in the partition's documents of that source.
+        Default: no counts (``{}``).
+        """
+        return {}
 
     def fit(self, partitions: Partitions) -> FitResult:
         """Learn what the stage needs from all its input, write it under

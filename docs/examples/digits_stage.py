@@ -19,6 +19,11 @@ docs/stages/adding_a_stage.md; tested in tests/pipeline/test_stage_plugin.py.
 
 The default 0.3 is our own choice for the example, not a measured cut-off:
 measure it on your corpus (the column is in every kept and dropped document).
+
+It also keeps a *tally* (``Stage.tally``): how many documents that entered it
+hold digits at all, split by digit-share band, per source, in the manifest's
+``stages.digits.per_source.<source>.tally`` and in report.html. The bands
+(under 10 %, 10-30 %, 30 % and more) are our choice for the example.
 """
 
 from __future__ import annotations
@@ -63,6 +68,25 @@ class DigitsStage(Stage):
     row_independent = True
     columns = {"digits_share": Column("double", "decimal digits / non-space characters", lineage=True,
                                       digits=3)}
+    tally_columns = ("digits_share",)
+
+    @classmethod
+    def tally(cls, table: pa.Table) -> dict[str, int]:
+        """Documents of ``table`` (one source's, kept and dropped) with at
+        least one digit (``with_digits``) and, under it, by digit share:
+        ``with_digits/under_10pct`` (< 0.1), ``with_digits/10_to_30pct``
+        (0.1 to < 0.3), ``with_digits/30pct_and_more``; bands with no
+        document are left out."""
+        bands = {"with_digits/under_10pct": 0, "with_digits/10_to_30pct": 0, "with_digits/30pct_and_more": 0}
+        for share in table["digits_share"].to_pylist():
+            if not share:                # None (no non-space character) or 0.0 (no digit)
+                continue
+            band = "under_10pct" if share < 0.1 else "10_to_30pct" if share < 0.3 else "30pct_and_more"
+            bands[f"with_digits/{band}"] += 1
+        out = {k: n for k, n in bands.items() if n}
+        if out:
+            out["with_digits"] = sum(out.values())
+        return out
 
     def process(self, table: pa.Table) -> pa.Table:
         """Measure and decide each document of ``table`` (n rows)."""
