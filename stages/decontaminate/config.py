@@ -74,6 +74,9 @@ class Config(StageConfig):
             grams are at least this share of the item (or of one of its fields
             with at least ``min_field_units`` units: a document quoting only
             the question). 0.6: measured (docs).
+        min_matched_units: a cluster matching at least this many item units
+            is a hit whatever its share (a long item whose question alone is
+            quoted; GAOKAO stems are a third of their item). Measured (docs).
         min_field_units: a field counts on its own only with at least this
             many units (20: our choice; shorter fields, a choice or an answer
             letter, are common text).
@@ -98,7 +101,8 @@ class Config(StageConfig):
     ngram_words: int = pydantic.Field(13, ge=1, le=64)
     ngram_cjk: int = pydantic.Field(8, ge=1, le=64)
     min_item_units: int = pydantic.Field(8, ge=1)
-    min_coverage: float = pydantic.Field(0.6, gt=0.0, le=1.0)
+    min_coverage: float = pydantic.Field(0.5, gt=0.0, le=1.0)
+    min_matched_units: int = pydantic.Field(40, ge=1)
     min_field_units: int = pydantic.Field(20, ge=1)
     max_items_per_ngram: int = pydantic.Field(10, ge=1)
     max_corpus_share: float = pydantic.Field(0.001, gt=0.0, le=1.0)

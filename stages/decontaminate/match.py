@@ -38,6 +38,7 @@ class Hit:
         coverage: the share that passed the rule (item or field, whichever
             is larger), in [0, 1].
         unit_start, unit_end: the same span in units (end exclusive).
+        matched: item units covered by the matched grams.
     """
 
     eval_set: str
@@ -47,6 +48,7 @@ class Hit:
     coverage: float
     unit_start: int
     unit_end: int
+    matched: int = 0
 
 
 def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None = None,
@@ -98,35 +100,37 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
         d, p = doc_pos[lo:hi], item_pos[lo:hi]
         breaks = np.flatnonzero(np.diff(d) > 2 * n) + 1
         for c_lo, c_hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(d)]])):
-            coverage = _coverage(index, g, p[c_lo:c_hi], config)
-            if coverage is None:
+            got = _coverage(index, g, p[c_lo:c_hi], config)
+            if got is None:
                 continue
             u0, u1 = int(d[c_lo]), int(d[c_hi - 1]) + n
             hits.append(Hit(index.set_names[int(index.item_set[g])], index.item_ids[g], int(starts[u0]),
-                            int(ends[u1 - 1]), coverage, u0, u1))
+                            int(ends[u1 - 1]), got[0], u0, u1, got[1]))
     hits.sort(key=lambda x: (x.start, x.eval_set, x.item, x.end))
     return hits
 
 
-def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> float | None:
-    """The deciding coverage of item ``g`` by grams at item ``positions``,
-    or None when below ``min_coverage``."""
+def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> tuple[float, int] | None:
+    """(the deciding coverage, matched units) of item ``g`` by grams at item
+    ``positions``, or None when it is not a hit: coverage below
+    ``min_coverage`` and fewer than ``min_matched_units`` units matched."""
     total = int(index.coverable[g])
     if total < config.min_item_units and total < int(index.item_units[g]):
         return None  # templates and common grams left too little of the item to tell
     if total == 0:
         return None
     mask = _cover_mask(int(index.item_units[g]), np.unique(positions), int(index.item_gram[g]))
-    best = mask.sum() / total
+    matched = int(mask.sum())
+    best = matched / total
     f0, f1 = int(index.field_ptr[g]), int(index.field_ptr[g + 1])
     fb = index.field_bounds[f0 + g:f1 + g + 1]
     for f in range(f1 - f0):
         cov = int(index.field_coverable[f0 + f])
         if cov >= config.min_field_units:
             best = max(best, mask[fb[f]:fb[f + 1]].sum() / cov)
-    if best < config.min_coverage:
+    if best < config.min_coverage and matched < config.min_matched_units:
         return None
-    return float(min(1.0, best))
+    return float(min(1.0, best)), matched
 
 
 def cut_ranges(hits: list[Hit], starts: np.ndarray, ends: np.ndarray, text_length: int,
