@@ -276,3 +276,40 @@ def test_corpus_common_grams_are_ignored(tmp_path):
     facts, out = _run(tmp_path / "few", texts[:10] + [EN_HOST_A] * 10, mode="annotate")
     assert facts["corpus_common_grams"] == 0
     assert out["decontaminate_hits"].to_pylist() == [1] * 10 + [0] * 10
+
+
+PROSE = ["The quick brown fox jumps over the lazy dog while the farmer watches from the old wooden fence.",
+         "A small boat drifted down the quiet river as the evening light faded behind the distant hills."]
+
+
+def _build_config(tmp_path: Path, **decontaminate) -> dict:
+    web = tmp_path / "web.jsonl"
+    texts = [*PROSE * 10, EN_HOST_A + GSM_FULL + EN_HOST_B, EN_HOST_A + GSM[1]["question"] + EN_HOST_B]
+    web.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    return {"seed": 5, "sources": {"web": {"paths": [str(web)]}},
+            "executor": {"num_workers": 2}, "heuristics": {"enabled": False}, "perplexity": {"enabled": False},
+            "dedup": {"enabled": False}, "langid": {"allowed_languages": ["en"]},
+            "decontaminate": {"eval_sets": _eval_sets(tmp_path), **decontaminate},
+            "tokenize": {"vocab_size": 300}, "output": {"seq_length": 16}}
+
+
+def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
+    import yaml
+
+    from pipeline.build import build
+    from pipeline.config import ConfigError, parse_config, preflight
+
+    data = _build_config(tmp_path)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
+    result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
+    m = result.manifest
+    assert m["stage_order"] == ["langid", "decontaminate", "tokenize", "mixture"]
+    assert m["stages"]["decontaminate"]["totals"]["dropped"] == {REASON_OVERLAP: 2}
+    assert m["stages"]["decontaminate"]["totals"]["kept"] == 20
+    fit = m["stages"]["decontaminate"]["fit"]
+    assert fit["items"] == {"ceval": 3, "gsm8k": 3} and fit["corpus_sample"]["documents"] == 22
+    # a config naming a missing eval file stops before any work, naming the key
+    bad = _build_config(tmp_path)
+    bad["decontaminate"]["eval_sets"]["gsm8k"]["path"] = str(tmp_path / "gone.jsonl")
+    with pytest.raises(ConfigError, match=r"decontaminate\.eval_sets\.gsm8k: .*gone\.jsonl: no such file"):
+        preflight(parse_config(bad))
