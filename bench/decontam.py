@@ -294,6 +294,54 @@ def grid(eval_root: Path, work: Path, docs: list[dict], cjk_lengths=(5, 6, 8, 10
     return out
 
 
+def short_items_grid(work: Path, docs: list[dict], eval_root: Path, part: str = "dev",
+                     lengths=(4, 5, 6, 8, 10, 13)) -> list[dict]:
+    """Why Chinese needs a shorter gram: GAOKAO question stems alone (their
+    options cut off: 10-60 characters, the length of a C-Eval question) as
+    the eval items, planted verbatim and with one character changed into the
+    zh hosts of ``docs``; recall by stem length and false hits on the zh
+    negatives of ``docs`` (hosts, common phrases, other items), per CJK gram
+    length, at the default coverage rule."""
+    from stages.decontaminate.normalize import units
+
+    rng = random.Random(f"short:{part}")
+    stems = []
+    for rec in _read_jsonl(eval_root / "data" / "evalsets" / "gaokao_mcq.jsonl"):
+        if held_out("gaokao_mcq", rec["id"]) != (part == "heldout"):
+            continue
+        stem = item_text("gaokao_mcq", rec, "question_only", rng)
+        n_units = len(units(stem)[0])
+        if 10 <= n_units <= 60:
+            stems.append({"id": rec["id"], "question": stem, "units": n_units})
+    path = work / "stems.jsonl"
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in stems), encoding="utf-8")
+    zh_hosts = [d["text"] for d in docs if d["lang"] == "zh" and d["kind"] == "host"]
+    planted = []
+    for i, stem in enumerate(stems):
+        for variant in ("verbatim", "one_word"):
+            text = item_text("gaokao_mcq", stem, variant, rng) if variant == "one_word" else stem["question"]
+            planted.append({"text": plant(zh_hosts[i % len(zh_hosts)], text, rng), "kind": "planted", "lang": "zh",
+                            "variant": variant, "item": f"stems:{stem['id']}",
+                            "short": "10-29 units" if stem["units"] < 30 else "30-60 units"})
+    negatives = [d for d in docs if d["lang"] == "zh" and d["kind"] != "planted"]
+    out = []
+    for n in lengths:
+        cfg = {"eval_sets": {"stems": {"path": str(path), "fields": ["question"], "id_field": "id"}},
+               "mode": "annotate", "ngram_cjk": n}
+        spans, _, _ = run_stage(planted + negatives, work / f"short-{n}", cfg)
+        row: dict[str, Any] = {"ngram_cjk": n, "stems": len(stems)}
+        for doc, hits in zip(planted, spans):
+            key = f"{doc['variant']} {doc['short']}"
+            got = row.setdefault(key, [0, 0])
+            got[0] += doc["item"] in {f"stems:{h['item']}" for h in hits}
+            got[1] += 1
+        row["negative_docs_hit"] = sum(bool(h) for h in spans[len(planted):])
+        row["negative_docs"] = len(negatives)
+        out.append(row)
+    return out
+
+
 def run(out_dir: Path, part: str = "heldout", eval_root: Path = REPO_ROOT, tune: bool = False,
         shared: Path = SHARED) -> str:
     """Build the ``part`` documents, run the stage with its defaults, write
@@ -326,6 +374,7 @@ def run(out_dir: Path, part: str = "heldout", eval_root: Path = REPO_ROOT, tune:
         }
         if tune:
             result["grid"] = grid(eval_root, tmp, docs)
+            result["short_items"] = short_items_grid(tmp / "short", docs, eval_root, part)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     name = "decontam" if part == "heldout" else f"decontam-{part}"
@@ -352,6 +401,15 @@ def run(out_dir: Path, part: str = "heldout", eval_root: Path = REPO_ROOT, tune:
                       f"{g['zh/all']['precision']} | {g['zh/all']['recall']} | {g['zh/question_only']['recall']} | "
                       f"{g['zh/one_word']['recall']} | {g['en/all']['precision']} | {g['en/all']['recall']} | "
                       f"{g['en/question_only']['recall']} |")
+    if tune:
+        keys = [k for k in result["short_items"][0] if k[0].isalpha() and " " in k]
+        md += ["", f"Short items ({result['short_items'][0]['stems']} GAOKAO stems of 10-60 units as the eval set): "
+               "recall found/planted, and zh negative documents hit", "",
+               "| ngram_cjk | " + " | ".join(sorted(keys)) + " | negatives hit |",
+               "|---:|" + "---:|" * (len(keys) + 1)]
+        for r in result["short_items"]:
+            md.append(f"| {r['ngram_cjk']} | " + " | ".join(f"{r[k][0]}/{r[k][1]}" for k in sorted(keys))
+                      + f" | {r['negative_docs_hit']}/{r['negative_docs']} |")
     text = "\n".join(md) + "\n"
     (out_dir / f"{name}.md").write_text(text)
     return text

@@ -13,7 +13,9 @@ class EvalSet(pydantic.BaseModel):
     """One benchmark to decontaminate against.
 
     Attributes:
-        path: a local file (``.jsonl``, ``.jsonl.gz``, ``.parquet``) or a
+        path: relative to the repo root (the directory holding
+            ``configs/``, as the sources' paths) unless absolute: a local file
+            (``.jsonl``, ``.jsonl.gz``, ``.parquet``) or a
             directory written by ``datasets.Dataset.save_to_disk`` /
             ``DatasetDict.save_to_disk`` (``dataset_info.json`` / ``state.json``
             / ``dataset_dict.json``); read with pyarrow, never ``datasets``.

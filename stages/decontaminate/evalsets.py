@@ -24,6 +24,15 @@ import pyarrow.parquet as pq
 from stages.decontaminate.config import EvalSet
 
 HF_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")
+#: Where a relative eval-set path is looked up: the directory holding
+#: ``configs/`` (the repo root), as for the sources' paths.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolved_path(eval_set: EvalSet) -> Path:
+    """``eval_set.path``, relative to :data:`REPO_ROOT` unless absolute."""
+    path = Path(eval_set.path).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 class EvalSetError(ValueError):
@@ -44,7 +53,7 @@ def detect_format(eval_set: EvalSet) -> str:
     Raises:
         EvalSetError: path missing, or a format that cannot be told.
     """
-    path = Path(eval_set.path)
+    path = resolved_path(eval_set)
     if not path.exists():
         raise EvalSetError(f"{path}: no such file or directory")
     if eval_set.format is not None:
@@ -65,7 +74,7 @@ def files(eval_set: EvalSet) -> list[Path]:
     """The files whose bytes make the eval set (for its digest), sorted: the
     file itself, or every file of the saved dataset directory (the chosen
     split's directory for a ``DatasetDict``)."""
-    path = Path(eval_set.path)
+    path = resolved_path(eval_set)
     if path.is_file():
         return [path]
     return sorted(p for p in _hf_split_dir(eval_set).rglob("*") if p.is_file())
@@ -74,7 +83,7 @@ def files(eval_set: EvalSet) -> list[Path]:
 def digest(eval_set: EvalSet) -> str:
     """sha256 (hex) over the eval set's files: each relative name and bytes."""
     h = hashlib.sha256()
-    root = Path(eval_set.path)
+    root = resolved_path(eval_set)
     for f in files(eval_set):
         h.update(str(f.relative_to(root) if f != root else f.name).encode() + b"\0")
         with open(f, "rb") as fh:
@@ -84,7 +93,7 @@ def digest(eval_set: EvalSet) -> str:
 
 
 def _hf_split_dir(eval_set: EvalSet) -> Path:
-    path = Path(eval_set.path)
+    path = resolved_path(eval_set)
     dd = path / "dataset_dict.json"
     if dd.exists():
         splits = json.loads(dd.read_text())["splits"]
@@ -106,7 +115,7 @@ def read_table(eval_set: EvalSet) -> pa.Table:
         EvalSetError: unreadable file, bad JSON line (with its line number).
     """
     fmt = detect_format(eval_set)
-    path = Path(eval_set.path)
+    path = resolved_path(eval_set)
     try:
         if fmt == "parquet":
             return pq.read_table(path)
@@ -181,7 +190,7 @@ def read_items(eval_set: EvalSet) -> list[Item]:
     wanted = [*eval_set.fields, *([eval_set.id_field] if eval_set.id_field else [])]
     missing = [f for f in wanted if f not in table.column_names]
     if missing:
-        raise EvalSetError(f"{eval_set.path}: no field {', '.join(map(repr, missing))} in the records "
+        raise EvalSetError(f"{resolved_path(eval_set)}: no field {', '.join(map(repr, missing))} in the records "
                            f"(fields: {', '.join(table.column_names)})")
     columns = {}
     for f in wanted:
@@ -191,7 +200,7 @@ def read_items(eval_set: EvalSet) -> list[Item]:
     for row in range(table.num_rows):
         item_id = str(row) if eval_set.id_field is None else _text(columns[eval_set.id_field][row])
         if item_id in seen:
-            raise EvalSetError(f"{eval_set.path}: item id {item_id!r} ({eval_set.id_field}) occurs twice")
+            raise EvalSetError(f"{resolved_path(eval_set)}: item id {item_id!r} ({eval_set.id_field}) occurs twice")
         seen.add(item_id)
         items.append(Item(item_id, tuple(_labelled(f, columns[f][row]) if f in eval_set.label_fields
                                          else _text(columns[f][row]) for f in eval_set.fields)))
