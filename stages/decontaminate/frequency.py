@@ -56,18 +56,12 @@ def partition_frequency(task: dict[str, Any]) -> dict[str, Any]:
         chosen = np.arange(len(ids))
     texts = table["text"]
     lengths = index.gram_lengths
-    keys = index.keys
     found: list[np.ndarray] = []
     for i in chosen:
         h = units(texts[int(i)].as_py())[0]
         per_doc = []
         for n in lengths:
-            grams = gram_hashes(h, n)
-            if not len(grams) or not len(keys):
-                continue
-            at = np.searchsorted(keys, grams)
-            at[at == len(keys)] = 0
-            per_doc.append(at[keys[at] == grams])
+            per_doc.append(index.lookup(gram_hashes(h, n))[1])
         if per_doc:
             found.append(np.unique(np.concatenate(per_doc)))
     if found:

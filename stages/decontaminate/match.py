@@ -69,17 +69,11 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
     if not len(h) or not len(index.keys):
         return []
     found_j, found_k = [], []
-    keys = index.keys
     for n in lengths:
-        grams = gram_hashes(h, n)
-        if not len(grams):
-            continue
-        at = np.searchsorted(keys, grams)
-        at[at == len(keys)] = 0
-        hit = keys[at] == grams
-        if hit.any():
-            found_j.append(np.flatnonzero(hit))
-            found_k.append(at[hit])
+        j, k = index.lookup(gram_hashes(h, n))
+        if len(j):
+            found_j.append(j)
+            found_k.append(k)
     if not found_j:
         return []
     j = np.concatenate(found_j)

@@ -106,6 +106,25 @@ def test_units_ignore_case_width_punctuation_and_keep_original_offsets():
     assert cjk1.tolist() == [False, False, False, False, True, True]
 
 
+def test_vectorised_units_equal_the_plain_python_definition():
+    import io as _io
+
+    import zstandard
+
+    from stages.decontaminate.normalize import units_reference
+
+    sample = Path(__file__).resolve().parents[2] / "data" / "sample"
+    with open(sample / "web-fortunes.jsonl.zst", "rb") as fh:
+        lines = _io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
+    texts = [json.loads(line)["text"] for line in lines[::30]]  # zh, de, ru, es, en
+    texts += ["Straße 𠀀𠀁 emoji😀x ｱｲｳ é e\u0301 ①② _a_b_ ", "", "!!", "\ud800 lone surrogate"]
+    assert len(texts) > 100
+    for text in texts:
+        h, s, e, cjk = units(text)
+        ref_h, ref_spans, ref_cjk = units_reference(text)
+        assert h.tolist() == ref_h and list(zip(s.tolist(), e.tolist())) == ref_spans and cjk.tolist() == ref_cjk
+
+
 def test_planted_items_are_found_with_their_id_and_span(tmp_path):
     variants = {
         "gsm verbatim": (EN_HOST_A + GSM_FULL + EN_HOST_B, "gsm8k:gsm-1", GSM_FULL),
