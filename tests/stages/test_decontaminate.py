@@ -332,3 +332,29 @@ def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
     bad["decontaminate"]["eval_sets"]["gsm8k"]["path"] = str(tmp_path / "gone.jsonl")
     with pytest.raises(ConfigError, match=r"decontaminate\.eval_sets\.gsm8k: .*gone\.jsonl: no such file"):
         preflight(parse_config(bad))
+
+
+def test_the_sample_forum_posts_hit_exactly_their_planted_items(tmp_path):
+    """data/sample/forum-posts.jsonl (bundled with the eval sets): each post's
+    ``meta.planted`` lists the eval items it quotes (verbatim, one word
+    changed, re-formatted, partial, full-/half-width punctuation); posts
+    with none are negatives. Against the bundled eval sets, with the
+    defaults, the hits are exactly those items."""
+    root = Path(__file__).resolve().parents[2]
+    posts = root / "data" / "sample" / "forum-posts.jsonl"
+    if not posts.exists():
+        pytest.skip("data/sample/forum-posts.jsonl is not in this checkout")
+    config = Config(eval_sets={
+        "gsm8k": {"path": "data/evalsets/gsm8k.jsonl", "fields": ["question", "answer"], "id_field": "id"},
+        "humaneval": {"path": "data/evalsets/humaneval.jsonl", "fields": ["prompt", "canonical_solution"],
+                      "id_field": "id"},
+        "gaokao_mcq": {"path": "data/evalsets/gaokao_mcq.jsonl", "fields": ["question", "answer"],
+                       "id_field": "id"}})
+    index, _, _ = load_or_build(config, tmp_path)
+    records = [json.loads(line) for line in posts.read_text(encoding="utf-8").splitlines()]
+    found, planted = [], []
+    for rec in records:
+        planted.append(sorted((p["eval_set"], str(p["item"])) for p in rec["meta"]["planted"]))
+        found.append(sorted({(h.eval_set, h.item) for h in find_hits(rec["text"], index, config)}))
+    assert found == planted
+    assert sum(map(len, planted)) == 15 and sum(not p for p in planted) == 5
