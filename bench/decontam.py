@@ -350,6 +350,9 @@ def run(out_dir: Path, part: str = "heldout", eval_root: Path = REPO_ROOT, tune:
     import tempfile
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    need = shared / ("corpus" if part == "dev" else "corpus-multi")
+    if not need.exists() or not (eval_root / "data" / "evalsets").exists():
+        return f"## Decontamination\n\nSkipped: no {need} or no data/evalsets.\n"
     tmp = Path(tempfile.mkdtemp(prefix="bench-decontam-"))
     try:
         docs = make_documents(part, eval_root, shared=shared)

@@ -43,6 +43,11 @@ UNIT_HASH_NAME = "polynomial mod 2^64 over xxh3_64(NFKC(char).casefold(), utf-8)
 _CJK = CJK_CHAR_CLASS + "\uff66-\uff9f"
 UNIT_RE = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W_])+")
 _CJK_RE = re.compile(rf"[{_CJK}]")
+# Where a long text may be cut without splitting a word: before a character
+# that is not a word character (or is CJK: one unit each).
+_CUT_RE = re.compile(rf"[\W_]|[{_CJK}]")
+#: Characters per piece of :func:`units` (1 Mi).
+MAX_CHUNK = 1 << 20
 # Odd 64-bit multipliers (splitmix64's constants): the polynomial base and the
 # final mix. Arithmetic is mod 2**64 (numpy uint64 wraps).
 _BASE = np.uint64(0x9E3779B97F4A7C15)
@@ -103,8 +108,28 @@ def units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         ``(hashes, starts, ends, cjk)``: uint64[u] unit hashes, int64[u]
         start and end code-point offsets in ``text`` (end exclusive), bool[u]
         whether the unit is a CJK character. u = 0 for a text with no letter
-        or digit. O(len(text)) numpy work.
+        or digit. O(len(text)) numpy work; a text longer than
+        :data:`MAX_CHUNK` characters is done in pieces cut where no word
+        runs across, so working memory is ~30 bytes x MAX_CHUNK plus the
+        result (~25 bytes per unit), whatever the document's length.
     """
+    if len(text) <= MAX_CHUNK:
+        return _units(text)
+    pieces, at = [], 0
+    while at < len(text):
+        end = at + MAX_CHUNK
+        if end < len(text):
+            m = _CUT_RE.search(text, end)
+            end = m.start() if m else len(text)
+            end = max(end, at + 1)
+        h, s, e, c = _units(text[at:end])
+        pieces.append((h, s + at, e + at, c))
+        at = end
+    return tuple(np.concatenate([p[i] for p in pieces]) for i in range(4))  # type: ignore[return-value]
+
+
+def _units(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`units` of one piece."""
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
     n = len(cps)
     empty = (np.empty(0, np.uint64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, bool))

@@ -125,6 +125,17 @@ def test_vectorised_units_equal_the_plain_python_definition():
         assert h.tolist() == ref_h and list(zip(s.tolist(), e.tolist())) == ref_spans and cjk.tolist() == ref_cjk
 
 
+def test_long_texts_are_split_into_pieces_with_the_same_units(monkeypatch):
+    from stages.decontaminate import normalize
+
+    text = (EN_HOST_A + ZH_HOST_A + "Ｗｉｄｅ ｗｏｒｄｓ＿ａｎｄ_under_scores ") * 7
+    whole = units(text)
+    monkeypatch.setattr(normalize, "MAX_CHUNK", 37)
+    pieces = normalize.units(text)
+    for a, b in zip(whole, pieces):
+        assert a.tolist() == b.tolist()
+
+
 def test_planted_items_are_found_with_their_id_and_span(tmp_path):
     variants = {
         "gsm verbatim": (EN_HOST_A + GSM_FULL + EN_HOST_B, "gsm8k:gsm-1", GSM_FULL),
