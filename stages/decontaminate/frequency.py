@@ -22,14 +22,16 @@ from stages.base import read_kept
 from stages.decontaminate.index import Index
 from stages.decontaminate.normalize import gram_hashes, units
 
-_INDEXES: dict[str, Index] = {}
+_INDEXES: dict[tuple[str, int], Index] = {}
 
 
 def _index(folder: str) -> Index:
-    if folder not in _INDEXES:
+    """The index in ``folder``, read once per process (again when rewritten)."""
+    key = (folder, (Path(folder) / "index.npz").stat().st_mtime_ns)
+    if key not in _INDEXES:
         _INDEXES.clear()
-        _INDEXES[folder] = Index.load(Path(folder))
-    return _INDEXES[folder]
+        _INDEXES[key] = Index.load(Path(folder))
+    return _INDEXES[key]
 
 
 def partition_frequency(task: dict[str, Any]) -> dict[str, Any]:

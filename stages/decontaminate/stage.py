@@ -25,13 +25,13 @@ BASE_DIR = "base"
 SPAN_TYPE = pa.list_(pa.struct([("eval_set", pa.string()), ("item", pa.string()), ("start", pa.int32()),
                                 ("end", pa.int32()), ("coverage", pa.float32())]))
 
-_LOADED: dict[str, tuple[float, Index, list[int]]] = {}
+_LOADED: dict[str, tuple[int, Index, list[int]]] = {}
 
 
 def _load(folder: Path) -> tuple[Index, list[int]]:
     """The index in ``folder``, read once per process (re-read when its file changes)."""
     key = str(folder)
-    mtime = (folder / "index.npz").stat().st_mtime
+    mtime = (folder / "index.npz").stat().st_mtime_ns
     got = _LOADED.get(key)
     if got is None or got[0] != mtime:
         _LOADED.clear()
