@@ -338,6 +338,16 @@ def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
     assert m["stages"]["decontaminate"]["totals"]["kept"] == 20
     fit = m["stages"]["decontaminate"]["fit"]
     assert fit["items"] == {"ceval": 3, "gsm8k": 3} and fit["corpus_sample"]["documents"] == 22
+    # cut mode in a build: the layer's edited text passes the executor's checks, and the
+    # characters fall by exactly the two quotes (from the first to the last letter/digit;
+    # the stage's counts are after its edits, so compare with the drop build's input)
+    cut = _build_config(tmp_path, mode="cut", cut_margin=0)
+    (tmp_path / "cut.yaml").write_text(yaml.safe_dump(cut))
+    m2 = build("v2", tmp_path / "cut.yaml", tmp_path / "corpora", log=lambda m: None).manifest
+    totals = m2["stages"]["decontaminate"]["totals"]
+    assert totals["dropped"] == {} and totals["kept"] == 22
+    chars_before = m["stages"]["decontaminate"]["totals"]["chars_in"]
+    assert chars_before - totals["kept_chars"] == len(GSM_FULL) + len(GSM[1]["question"]) - 1
     # a config naming a missing eval file stops before any work, naming the key
     bad = _build_config(tmp_path)
     bad["decontaminate"]["eval_sets"]["gsm8k"]["path"] = str(tmp_path / "gone.jsonl")
