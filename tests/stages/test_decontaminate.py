@@ -274,6 +274,13 @@ def test_config_errors_before_work(tmp_path):
         Config(eval_sets={"g": {"path": "x.jsonl", "fields": ["q"], "idfield": "id"}})
     with pytest.raises(pydantic.ValidationError, match="mode"):
         Config(mode="remove")
+    with pytest.raises(pydantic.ValidationError, match=r"eval_sets\.c\.label_fields: \['E'\] not in fields"):
+        Config(eval_sets={"c": {"path": "c.jsonl", "fields": ["question", "A"], "label_fields": ["E"]}})
+    from pipeline.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"^<config>: decontaminate: decontaminate\.enabled: true, but "
+                                          r"decontaminate\.eval_sets names no eval set$"):
+        parse_config({"sources": {"web": {"paths": ["x.jsonl"]}}, "decontaminate": {"enabled": True}})
     _write_jsonl(tmp_path / "empty_item.jsonl", [{"q": "2 + 2 = ?"}, {"q": "？！"}])
     config = Config(eval_sets={
         "missing": {"path": str(tmp_path / "nope.jsonl"), "fields": ["q"]},
