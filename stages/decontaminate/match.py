@@ -1,0 +1,162 @@
+"""Matching one document against the index, and cutting what matched.
+
+For each gram length the index holds, the document's grams are looked up
+(``np.searchsorted`` in the sorted keys); every posting of a found gram is a
+triple (document unit j, item g, item unit p). Per item, the triples are
+split into *clusters* of document positions no more than
+``2 * gram length`` units apart (one changed word breaks the grams that hold
+it, a gap of n + 1 positions; two quotes of an item far apart are two
+clusters). A cluster is a hit when the item units its grams cover reach
+``min_coverage`` of the item's coverable units, or of one field's coverable
+units when that field has at least ``min_field_units`` of them (a document
+quoting only the question). The hit's span runs from the cluster's first
+matched unit to its last, in code points of the document as given.
+
+Cost per document: O(units * number of gram lengths) numpy work plus
+O(postings found); no state across documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from stages.decontaminate.config import Config
+from stages.decontaminate.index import Index, _cover_mask
+from stages.decontaminate.normalize import gram_hashes, units
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """One matched quote of an eval item in a document.
+
+    Attributes:
+        eval_set, item: the eval set name and the item's id.
+        start, end: code points of the document (end exclusive), first to
+            last matched unit.
+        coverage: the share that passed the rule (item or field, whichever
+            is larger), in [0, 1].
+        unit_start, unit_end: the same span in units (end exclusive).
+        matched: item units covered by the matched grams.
+    """
+
+    eval_set: str
+    item: str
+    start: int
+    end: int
+    coverage: float
+    unit_start: int
+    unit_end: int
+    matched: int = 0
+
+
+def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None = None,
+              doc_units: tuple | None = None) -> list[Hit]:
+    """Every hit in ``text``, sorted by (start, eval_set, item).
+
+    Args:
+        text: the document.
+        index: the eval-set index (:class:`~stages.decontaminate.index.Index`).
+        config: ``min_coverage`` and ``min_field_units``.
+        lengths: the index's gram lengths (``index.gram_lengths``; pass it
+            to skip recomputing per document).
+        doc_units: ``units(text)`` when already computed.
+    """
+    if lengths is None:
+        lengths = index.gram_lengths
+    h, starts, ends, _ = doc_units if doc_units is not None else units(text)
+    if not len(h) or not len(index.keys):
+        return []
+    found_j, found_k = [], []
+    for n in lengths:
+        j, k = index.lookup(gram_hashes(h, n))
+        if len(j):
+            found_j.append(j)
+            found_k.append(k)
+    if not found_j:
+        return []
+    j = np.concatenate(found_j)
+    k = np.concatenate(found_k)
+    counts = index.offsets[k + 1] - index.offsets[k]
+    post = np.repeat(index.offsets[k] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts) + np.arange(
+        counts.sum())
+    doc_pos = np.repeat(j, counts)
+    item = index.post_item[post]
+    item_pos = index.post_pos[post]
+    order = np.lexsort((item_pos, doc_pos, item))
+    doc_pos, item, item_pos = doc_pos[order], item[order], item_pos[order]
+    hits: list[Hit] = []
+    bounds = np.flatnonzero(np.diff(item)) + 1
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(item)]])):
+        g = int(item[lo])
+        n = int(index.item_gram[g])
+        d, p = doc_pos[lo:hi], item_pos[lo:hi]
+        breaks = np.flatnonzero(np.diff(d) > 2 * n) + 1
+        for c_lo, c_hi in zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(d)]])):
+            got = _coverage(index, g, p[c_lo:c_hi], config)
+            if got is None:
+                continue
+            u0, u1 = int(d[c_lo]), int(d[c_hi - 1]) + n
+            hits.append(Hit(index.set_names[int(index.item_set[g])], index.item_ids[g], int(starts[u0]),
+                            int(ends[u1 - 1]), got[0], u0, u1, got[1]))
+    hits.sort(key=lambda x: (x.start, x.eval_set, x.item, x.end))
+    return hits
+
+
+def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> tuple[float, int] | None:
+    """(the deciding coverage, matched units) of item ``g`` by grams at item
+    ``positions``, or None when it is not a hit: coverage below
+    ``min_coverage`` and fewer than ``min_matched_units`` units matched."""
+    total = int(index.coverable[g])
+    if total < config.min_item_units and total < int(index.item_units[g]):
+        return None  # templates and common grams left too little of the item to tell
+    if total == 0:
+        return None
+    mask = _cover_mask(int(index.item_units[g]), np.unique(positions), int(index.item_gram[g]))
+    matched = int(mask.sum())
+    best = matched / total
+    f0, f1 = int(index.field_ptr[g]), int(index.field_ptr[g + 1])
+    fb = index.field_bounds[f0 + g:f1 + g + 1]
+    for f in range(f1 - f0):
+        cov = int(index.field_coverable[f0 + f])
+        if cov >= config.min_field_units:
+            best = max(best, mask[fb[f]:fb[f + 1]].sum() / cov)
+    if best < config.min_coverage and matched < config.min_matched_units:
+        return None
+    return float(min(1.0, best)), matched
+
+
+def cut_ranges(hits: list[Hit], starts: np.ndarray, ends: np.ndarray, text_length: int,
+               margin: int) -> list[tuple[int, int]]:
+    """Code-point ranges to remove: each hit's units widened by ``margin``
+    units on each side (to the text's start/end when the margin reaches past
+    the first/last unit), overlapping ranges merged, sorted.
+
+    Args:
+        hits: from :func:`find_hits`.
+        starts, ends: the document's unit offsets (``units(text)``).
+        text_length: ``len(text)``.
+        margin: units (>= 0).
+    """
+    out: list[list[int]] = []
+    n_units = len(starts)
+    for hit in sorted(hits, key=lambda x: x.unit_start):
+        lo, hi = hit.unit_start - margin, hit.unit_end + margin
+        a = 0 if lo < 0 else (int(starts[lo]) if margin else hit.start)
+        b = text_length if hi > n_units else (int(ends[hi - 1]) if margin else hit.end)
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def cut(text: str, ranges: list[tuple[int, int]]) -> str:
+    """``text`` without the code-point ``ranges`` (sorted, disjoint)."""
+    pieces, at = [], 0
+    for a, b in ranges:
+        pieces.append(text[at:a])
+        at = b
+    pieces.append(text[at:])
+    return "".join(pieces)
