@@ -73,16 +73,19 @@ NEGATIVE_MAX_SHARE = 0.3
 
 
 def git_show(git_dir: Path, path: str) -> bytes:
+    """The bytes of ``path`` at HEAD of the git directory ``git_dir``; CalledProcessError if absent."""
     return subprocess.run(["git", "-C", str(git_dir), "show", f"HEAD:{path}"],
                           check=True, capture_output=True).stdout
 
 
 def git_head(git_dir: Path) -> str:
+    """The 40-hex commit of HEAD, for the README's provenance."""
     return subprocess.run(["git", "-C", str(git_dir), "rev-parse", "HEAD"],
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
 def rank(eval_set: str, item_id: str) -> str:
+    """The order of the choice: hex sha256 of ``"<eval set>:<item id>"``."""
     return hashlib.sha256(f"{eval_set}:{item_id}".encode()).hexdigest()
 
 
@@ -92,6 +95,7 @@ def normalise(text: str) -> str:
 
 
 def grams(text: str) -> set[str]:
+    """The normalised character ``NGRAM``-grams of ``text`` (the whole text when shorter)."""
     t = normalise(text)
     return {t[i:i + NGRAM] for i in range(max(1, len(t) - NGRAM + 1))}
 
@@ -116,6 +120,7 @@ def take(items: list[dict], eval_set: str, counts: tuple[int, int], text_of, see
 
 
 def gsm8k(git_dir: Path):
+    """(bundled, negatives) of the GSM8K test split; ``id`` the 0-based line number."""
     lines = git_show(git_dir, "grade_school_math/data/test.jsonl").decode("utf-8").splitlines()
     items = []
     for i, line in enumerate(lines):
@@ -125,6 +130,7 @@ def gsm8k(git_dir: Path):
 
 
 def humaneval(git_dir: Path):
+    """(bundled, negatives) of HumanEval; ``id`` the task_id with ``/`` as ``_``."""
     lines = gzip.decompress(git_show(git_dir, "data/HumanEval.jsonl.gz")).decode("utf-8").splitlines()
     items = []
     for line in lines:
@@ -137,6 +143,8 @@ def humaneval(git_dir: Path):
 
 
 def gaokao(git_dir: Path):
+    """(bundled, negatives) of the GAOKAO-Bench Chinese MCQs, per subject quota, after the
+    length and figure filters; ``id`` ``<subject>-<position in the file>``."""
     chosen: list[list[dict]] = [[], []]
     dropped = {"short": 0, "long": 0, "figure": 0}
     seen: set[str] = set()
@@ -168,6 +176,7 @@ def gaokao(git_dir: Path):
 
 
 def write(path: Path, items: list[dict]) -> None:
+    """One JSON object a line, UTF-8, ``\n`` line ends (byte-identical on every run)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as fh:
         for item in items:
