@@ -13,8 +13,9 @@ bare lid.176 model, drop shares per language and reason, word salad and
 perplexity coverage on the held-out part of ``../shared/corpus-multi``), ``bench.dedup`` (precision/recall per
 Jaccard band, speed and peak RSS at 100k and 1M documents), ``bench.tokenizer``
 (training time and memory, encoding tokens/s; the training sample's shares: old
-sampling vs the mixture default vs Qwen and Tekken on held-out corpus-multi) and ``bench.loader`` (loader
-throughput at seq_length 4096, lineage lookups on a 10M-sample table).
+sampling vs the mixture default vs Qwen and Tekken on held-out corpus-multi), ``bench.pii`` (the PII
+stage against the heuristics stage on the same documents, per core; replacements per type per source)
+and ``bench.loader`` (loader throughput at seq_length 4096, lineage lookups on a 10M-sample table).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--seq-length", type=int, default=2048)
-    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "tokenizer", "loader"],
+    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "tokenizer", "pii", "loader"],
                     help="topic benchmarks to run after the build (bench/<topic>.py)")
     args = ap.parse_args()
 
