@@ -11,6 +11,13 @@ Kept (not personal): the domains reserved for documentation and testing,
 ``example.com/.net/.org`` and any name under ``.example``, ``.test``,
 ``.invalid``, ``.localhost`` (RFC 2606 section 2-3, RFC 6761 section 6).
 
+Also kept: names whose last label is a systemd unit type or a configuration
+file suffix (:data:`NOT_MAIL_SUFFIXES`: ``getty@tty1.service``,
+``user@1000.service``, ``journald@NAMESPACE.conf``): instance units and
+files with an ``@`` in their name, frequent in man pages (measured on
+``../shared/corpus``: docs/stages/pii.md). None of these is a top-level
+domain that mail is sent to.
+
 Speed: the text is searched for ``@`` with ``str.find``; only there is the
 local part walked back and the domain matched (a regex that started at every
 character would cost ~20x more on text without addresses). O(len(text)).
@@ -27,11 +34,15 @@ _MAX_LOCAL = 64
 _DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
 RESERVED_DOMAINS = ("example.com", "example.net", "example.org")
 RESERVED_TLDS = frozenset({"example", "test", "invalid", "localhost"})
+#: systemd unit types (systemd.unit(5)) and file suffixes seen after an "@".
+NOT_MAIL_SUFFIXES = frozenset({"service", "socket", "timer", "mount", "automount", "slice", "scope", "device",
+                               "swap", "path", "target", "conf", "journal"})
 
 
 def reserved(domain: str) -> bool:
-    """Whether ``domain`` (lower case) is reserved for documentation or tests."""
-    if domain.rsplit(".", 1)[-1] in RESERVED_TLDS:
+    """Whether ``domain`` (lower case) is reserved for documentation or
+    tests, or ends in one of :data:`NOT_MAIL_SUFFIXES`."""
+    if domain.rsplit(".", 1)[-1] in RESERVED_TLDS or domain.rsplit(".", 1)[-1] in NOT_MAIL_SUFFIXES:
         return True
     return any(domain == d or domain.endswith("." + d) for d in RESERVED_DOMAINS)
 

@@ -102,6 +102,9 @@ def test_email_and_overlap_priority(tmp_path):
     [row] = _run(_stage(tmp_path), text)
     assert row["text"] == "Mail <EMAIL> or Zhang.San@Example.COM or <EMAIL>."
     assert row["pii_edits"] == _edits(("email", 5, 24, "<EMAIL>"), ("email", 53, 65, "<EMAIL>"))
+    # systemd instance units and files with an "@" are not addresses (seen in man pages)
+    [row] = _run(_stage(tmp_path), "systemctl start getty@tty1.service user@1000.service; journald@NS.conf")
+    assert row["pii_count"] == 0
     # a Gansu ID (62...) that also passes Luhn with UnionPay's prefix is an ID
     [row] = _run(_stage(tmp_path), "ID 620102199003070069 ok")
     assert bank_card.valid("620102199003070069")
