@@ -14,8 +14,9 @@ perplexity coverage on the held-out part of ``../shared/corpus-multi``), ``bench
 Jaccard band, speed and peak RSS at 100k and 1M documents), ``bench.decontam`` (precision/recall of
 benchmark decontamination on planted eval items, held-out part; documents/s and chars/s per core), ``bench.tokenizer``
 (training time and memory, encoding tokens/s; the training sample's shares: old
-sampling vs the mixture default vs Qwen and Tekken on held-out corpus-multi) and ``bench.loader`` (loader
-throughput at seq_length 4096, lineage lookups on a 10M-sample table).
+sampling vs the mixture default vs Qwen and Tekken on held-out corpus-multi), ``bench.pii`` (the PII
+stage against the heuristics stage on the same documents, per core; replacements per type per source)
+and ``bench.loader`` (loader throughput at seq_length 4096, lineage lookups on a 10M-sample table).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=SHARED if SHARED.exists() else None)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench-results")
     ap.add_argument("--seq-length", type=int, default=2048)
-    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "decontam", "tokenizer", "loader", "html"],
+    ap.add_argument("--topics", nargs="*", default=["quality", "multi", "dedup", "decontam", "pii", "tokenizer", "loader", "html"],
                     help="topic benchmarks to run after the build (bench/<topic>.py)")
     args = ap.parse_args()
 

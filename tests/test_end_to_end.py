@@ -137,7 +137,7 @@ def test_version_layout_and_accounting(tiny):
         "dedup.exact_duplicate", "kept"]
     # each stage's input is the previous stage's kept documents
     names = m["stage_order"]
-    assert names == ["langid", "heuristics", "perplexity", "dedup", "tokenize", "mixture"]
+    assert names == ["langid", "heuristics", "perplexity", "dedup", "pii", "tokenize", "mixture"]
     for a, b in zip(names, names[1:]):
         assert m["stages"][b]["totals"]["documents_in"] == m["stages"][a]["totals"]["kept"]
     assert m["stages"]["dedup"]["totals"]["dropped"].get("dedup.exact_duplicate", 0) >= 1

@@ -86,8 +86,8 @@ def test_a_preset_change_between_a_crash_and_its_resume_reruns_heuristics_and_af
 
     events = _events_of_last_run(resumed.version_dir)
     assert [e["stage"] for e in events if e["event"] == "stage_reused"] == ["langid"]
-    assert [e["stage"] for e in events if e["event"] == "stage_start"] == ["heuristics", "dedup", "tokenize",
-                                                                             "mixture"]
+    assert [e["stage"] for e in events if e["event"] == "stage_start"] == ["heuristics", "dedup", "pii",
+                                                                             "tokenize", "mixture"]
     assert {p.name: p.stat().st_mtime_ns for p in (work / "langid").glob("part-*.parquet")} == langid_layers
 
     m = resumed.manifest
@@ -111,7 +111,8 @@ def test_a_preset_change_between_a_crash_and_its_resume_reruns_heuristics_and_af
     # the codes langid applied (none given: every language, no per-language score)
     assert m["stages"]["langid"]["settings"] == {"allowed_languages": None, "min_score_by_lang": {}}
     # and the code that made each phase
-    assert list(m["code"]) == ["ingest", "langid", "heuristics", "dedup", "tokenize", "mixture", "assemble"]
+    assert list(m["code"]) == ["ingest", "langid", "heuristics", "dedup", "pii", "tokenize", "mixture",
+                               "assemble"]
     assert {"stages/heuristics/stage.py", "stages/heuristics/presets.py"} <= set(m["code"]["heuristics"]["sources"])
     assert not any(p.startswith("stages/heuristics/") for p in m["code"]["langid"]["sources"])
     assert "pipeline/readers.py" in m["code"]["ingest"]["sources"]

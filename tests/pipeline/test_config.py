@@ -305,7 +305,8 @@ def test_a_stage_that_can_be_disabled_builds_end_to_end(small_sources, tmp_path,
     assert ("langid_lang" in segment) == ("langid" not in disabled)
     assert ("perplexity_bucket" in segment) == ("perplexity" not in disabled)
     assert [c["stage"] for c in m["lineage_columns"]] == [
-        s for s in ("langid", "langid", "langid", "perplexity", "perplexity", "dedup", "dedup", "tokenize", "mixture")
+        s for s in ("langid", "langid", "langid", "perplexity", "perplexity", "dedup", "dedup", "pii", "pii",
+                  "tokenize", "mixture")
         if s not in disabled]
     assert segment["doc_id"] in format_lineage(records)
     assert lineage_for_document(result.version_dir, segment["doc_id"], global_batch=2)["pieces"]

@@ -64,7 +64,7 @@ def test_a_plugin_stage_runs_in_a_build(plugin_path, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
     m = result.manifest
-    assert m["stage_order"] == ["langid", "digits", "tokenize", "mixture"]
+    assert m["stage_order"] == ["langid", "digits", "pii", "tokenize", "mixture"]
     assert m["stages"]["digits"]["totals"]["dropped"] == {"digits.too_many": 1}
     assert m["stages"]["digits"]["totals"]["kept"] == 41          # 40 prose + the skipped code document
     assert m["accounting"]["documents_in"] == 42

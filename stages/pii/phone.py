@@ -1,0 +1,134 @@
+"""Phone numbers: a cheap regex finds digit runs, ``phonenumbers`` validates.
+
+``phonenumbers`` (the Python port of Google's libphonenumber, whose metadata
+lists every country's number plan) decides whether a digit run is a number
+that can be dialled; its own text scanner (``PhoneNumberMatcher``) is not
+used: it tries every digit run of the text through the full parser, about
+4x the CPU time of this module on 8.1 M characters of prose (``bench.pii``,
+docs/stages/pii.md). Here the
+library only sees candidates that already have the shape of a phone number.
+
+A candidate (:data:`_CANDIDATE`) is 8-24 characters of ASCII digits with
+single spaces, dashes and one pair of parentheses, optionally starting with
+``+``, not inside a word, a version (``3.11.7``), a path or a longer number.
+It is then accepted when (:func:`accept`):
+
+* it starts with ``+`` (the international E.164 form, ITU-T E.164; any
+  country), has 8-15 digits, and ``phonenumbers.is_valid_number`` holds
+  (the library's ``Leniency.VALID``: a number of a real range of its
+  country, not only of a possible length, ``Leniency.POSSIBLE``, which
+  passes most 8-15 digit runs; ``STRICT_GROUPING`` would refuse the common
+  ``1380 013 8000`` groupings);
+* or, without ``+``, for a region of ``regions`` (default ``CN``): for CN
+  only the two national forms that cannot be something else by chance, a
+  mainland mobile (11 digits, ``1[3-9]``, MIIT numbering plan) or a landline
+  written with its trunk prefix and area code (``0`` + 2-3 digit area code +
+  7-8 digit subscriber number: 10-12 digits, ``010 6552 1234``); a number
+  written without its area code (``6552 1234``) is not detected: eight bare
+  digits are as often a date (``20231001``) or an amount. For any other
+  region, 10-15 digits that ``is_valid_number`` accepts for that region. In
+  both, every group of digits has at least 2 digits (``1 2 3 4 5 6 7 8 9 0``
+  is a list, not a number);
+* a digit repeated 7 or more times in a row (``037777777777``, an octal
+  constant; ``0000000000``) is not a number a person has;
+* a candidate that fails as a whole is tried as its space-separated windows
+  (``编号 2023 138 0013 8000``: ``138 0013 8000``), longest first.
+
+Value: the E.164 form (``+8613800138000``). O(len(text)).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import phonenumbers
+
+from stages.pii.found import Found
+
+_CANDIDATE = re.compile(
+    r"(?<![\w+.\-/\\@$#(])"          # not inside a word, number, version, path
+    r"(?:\+ ?|\()?"                  # "+" (E.164) or the "(" of an area code
+    r"\d[\d\- ()]{6,22}\d"           # digits with separators
+    r"(?![\w\-]|[.:/]\d)",           # not followed by more of a word or number
+    re.ASCII)
+_REPEATED = re.compile(r"(\d)\1{6}")
+_SPLIT = re.compile(r"[ \-()+]+")
+_PARENS = re.compile(r"^(?:\+ ?\d{1,3} ?)?\(\+?\d{1,4}\)[ \-]?\d")
+
+
+def _shape_ok(candidate: str, national: bool) -> bool:
+    """Separators: no doubled space or dash, at most one ``( ... )`` pair
+    near the start; national forms: every digit group has 2+ digits."""
+    if "  " in candidate or "--" in candidate or _REPEATED.search(candidate):
+        return False
+    if "(" in candidate or ")" in candidate:
+        if candidate.count("(") != 1 or candidate.count(")") != 1 or not _PARENS.match(candidate):
+            return False
+    if national:
+        groups = [g for g in _SPLIT.split(candidate) if g]
+        if any(len(g) < 2 for g in groups):
+            return False
+    return True
+
+
+@lru_cache(maxsize=65536)
+def accept(candidate: str, regions: tuple[str, ...]) -> str | None:
+    """The E.164 form of ``candidate`` when it is a phone number by the rules
+    of this module, else None. ``regions``: ISO 3166-1 alpha-2 codes whose
+    national forms (without ``+``) are accepted."""
+    digits = "".join(ch for ch in candidate if ch.isdigit())
+    n = len(digits)
+    if candidate.startswith("+"):
+        if not 8 <= n <= 15 or not _shape_ok(candidate, national=False):
+            return None
+        tries: tuple[str | None, ...] = (None,)
+    else:
+        if not 10 <= n <= 15 or not _shape_ok(candidate, national=True):
+            return None
+        tries = tuple(r for r in regions if r != "CN" or (
+            (n == 11 and digits[0] == "1" and digits[1] in "3456789")
+            or (digits[0] == "0" and digits[1] != "0" and n <= 12)))
+    for region in tries:
+        try:
+            number = phonenumbers.parse(candidate, region)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    return None
+
+
+def find(text: str, regions: tuple[str, ...] = ("CN",)) -> list[Found]:
+    """Phone numbers in ``text`` (value: E.164). ``regions``: see :func:`accept`."""
+    out: list[Found] = []
+    for m in _CANDIDATE.finditer(text):
+        candidate = m.group(0)
+        value = accept(candidate, regions)
+        if value is not None:
+            out.append(Found(m.start(), m.end(), value))
+        elif " " in candidate:
+            out.extend(_windows(candidate, m.start(), regions))
+    return out
+
+
+def _windows(candidate: str, offset: int, regions: tuple[str, ...]) -> list[Found]:
+    """Space-separated windows of a rejected candidate that are numbers,
+    longest first, left to right, not overlapping."""
+    bounds = [(g.start(), g.end()) for g in re.finditer(r"[^ ]+", candidate)]
+    out: list[Found] = []
+    taken: list[tuple[int, int]] = []
+    k = len(bounds)
+    for size in range(k - 1, 0, -1):
+        for i in range(0, k - size + 1):
+            start, end = bounds[i][0], bounds[i + size - 1][1]
+            if any(start < e and s < end for s, e in taken):
+                continue
+            piece = candidate[start:end]
+            if not piece[0].isdigit() and piece[0] not in "+(" or not piece[-1].isdigit():
+                continue
+            value = accept(piece, regions)
+            if value is not None:
+                taken.append((start, end))
+                out.append(Found(offset + start, offset + end, value))
+    return sorted(out)
