@@ -118,7 +118,7 @@ Two things to notice. The numbers in double angle brackets are calculator annota
 A third point people often miss is that the test split is small, only 1,319 problems, so one point of accuracy is about thirteen problems. When two models differ by less than that, I would not read much into the ranking, especially when the prompts and the number of worked examples shown before each question are not the same. Finally, the problems are written in plain everyday language about shops, families, farms and trips, which is exactly the kind of text that ends up in web crawls. That is why we check our training data for these questions before we train anything, and why we think every team that publishes a score should say how it checked.
 
 Questions or corrections: write to j.miller@example.com, I answer on weekends.""",
-        "pii": [{"type": "email", "value": "j.miller@example.com", "expect": "replaced"}],
+        "pii": [{"type": "email", "value": "j.miller@example.com", "expect": "kept", "why": "documentation domain (RFC 2606), not a mailbox"}],
     },
     {
         "lang": "en",
@@ -291,7 +291,7 @@ Unrelated, but if anyone from the meetup wants the slides: they are on my dev bo
 价格38元包邮（偏远地区除外），可以走支付宝或银行卡转账，卡号 6222 0200 1234 5671（工商银行）。联系电话 138 0013 8000，或发邮件到 wangfang@example.com，非诚勿扰。""",
         "pii": [{"type": "bank_card", "value": "6222 0200 1234 5671", "expect": "replaced"},
                 {"type": "phone", "value": "138 0013 8000", "expect": "replaced"},
-                {"type": "email", "value": "wangfang@example.com", "expect": "replaced"}],
+                {"type": "email", "value": "wangfang@example.com", "expect": "kept", "why": "documentation domain (RFC 2606), not a mailbox"}],
     },
     # -- Posts that quote nothing of the bundled eval sets (must not be flagged) --------
     {
@@ -359,6 +359,32 @@ D．二氧化碳的固定发生在类囊体薄膜上
 
 正确答案是C。主动运输需要载体和能量，能量来自细胞呼吸，只有活细胞能进行；不同离子的载体数量不同，所以速率不同，A错；低温影响酶的活性进而影响呼吸供能，B错；叶肉细胞当然也能主动运输吸收离子，D错。""",
         "pii": [],
+    },
+    # -- A post that quotes nothing but carries personal data: the default build keeps it,
+    # so its edits show in the pii tally of report.html (posts 01-14 are dropped whole).
+    {
+        "lang": "zh",
+        "title": "小区业主群通知：快递代收和报修登记",
+        "quotes": [],
+        "text": """各位业主好，物业这周调整了快递代收和报修登记的办法，麻烦大家花两分钟看完。
+
+一、快递代收。东门驿站从下周一起改到早上八点开门、晚上九点关门，超过三天没有取的包裹会退回。驿站负责人姓陈，电话 +8613900139000，有急事也可以打物业值班室 (021) 6123 4567。
+
+二、报修登记。以前在群里发消息报修，经常被刷掉，现在统一发邮件到 baoxiu@hualin-wuye.cn（通知模板里的 demo@example.com 只是格式示例，不要往那里发），写清楚楼号、房号和问题，最好附一张照片。维修师傅上门前会先打电话确认时间。
+
+三、门禁卡补办。补办需要本人身份证复印件，上周有位业主把身份证号 440306198805234123 直接发在群里，这样很不安全，已经请他撤回了，大家以后请私下交给物业。补卡费用二十元，可以转账到物业的银行卡 6217 0012 3456 7893，备注房号。
+
+四、小区监控系统升级后，外网访问地址是 61.135.169.125，只对物业开放；楼内的路由器默认地址 10.0.0.8 不用改动。
+
+有什么意见和建议，欢迎在群里留言，也可以在每月第一个周六上午到物业办公室当面反映。谢谢大家的配合！""",
+        "pii": [{"type": "phone", "value": "+8613900139000", "expect": "replaced"},
+                {"type": "phone", "value": "(021) 6123 4567", "expect": "replaced"},
+                {"type": "email", "value": "baoxiu@hualin-wuye.cn", "expect": "replaced"},
+                {"type": "email", "value": "demo@example.com", "expect": "kept", "why": "documentation domain (RFC 2606), not a mailbox"},
+                {"type": "cn_resident_id", "value": "440306198805234123", "expect": "replaced"},
+                {"type": "bank_card", "value": "6217 0012 3456 7893", "expect": "replaced"},
+                {"type": "ip", "value": "61.135.169.125", "expect": "replaced"},
+                {"type": "ip", "value": "10.0.0.8", "expect": "kept", "why": "private range (RFC 1918)"}],
     },
 ]
 

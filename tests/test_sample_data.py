@@ -120,9 +120,9 @@ def test_the_default_config_reads_the_forum_posts_in_the_web_source():
 def test_forum_posts_answer_key_matches_the_eval_sets():
     records = _forum_records()
     metas = [json.loads(r.meta)["meta"] for r in records]
-    assert len(records) == 19
-    assert [m["orig_id"] for m in metas] == [f"forum:{n:02d}" for n in range(1, 20)]
-    assert sum(m["label_lang"] == "zh" for m in metas) == 11
+    assert len(records) == 20
+    assert [m["orig_id"] for m in metas] == [f"forum:{n:02d}" for n in range(1, 21)]
+    assert sum(m["label_lang"] == "zh" for m in metas) == 12
     assert all(m["licence"] == "CC0-1.0" for m in metas)
     evalsets = {name: _eval_items(name) for name in ("gsm8k", "humaneval", "gaokao_mcq")}
     variants = {}
@@ -147,7 +147,7 @@ def test_forum_posts_answer_key_matches_the_eval_sets():
 
 
 def test_forum_posts_without_planted_items_quote_nothing_of_the_eval_sets():
-    """The 5 posts with an empty ``planted`` share no window with any bundled item:
+    """The 6 posts with an empty ``planted`` share no window with any bundled item:
     no 13 characters for zh (NFKC, lower case, letters and digits only), no 8 words
     for en (lower case, letters and digits); 13 characters of English are two or
     three words ("how much money d"), which these posts share on purpose.
@@ -169,14 +169,14 @@ def test_forum_posts_without_planted_items_quote_nothing_of_the_eval_sets():
                 bundle[lang] |= grams(" ".join(item[f] for f in fields), lang)
     clean = [(r, json.loads(r.meta)["meta"]) for r in _forum_records()]
     clean = [(r, m) for r, m in clean if not m["planted"]]
-    assert [m["orig_id"] for _, m in clean] == ["forum:15", "forum:16", "forum:17", "forum:18", "forum:19"]
+    assert [m["orig_id"] for _, m in clean] == ["forum:15", "forum:16", "forum:17", "forum:18", "forum:19", "forum:20"]
     for record, meta in clean:
         lang = meta["label_lang"]
         assert not grams(record.text, lang) & bundle[lang], meta["orig_id"]
-    unindexed = clean[-1][1]["unindexed"]
+    unindexed = clean[4][1]["unindexed"]
     assert [(u["eval_set"], u["item"]) for u in unindexed] == [("gaokao_mcq", "Biology-16")]
     negative = _eval_items("gaokao_mcq", REPO_ROOT / "bench" / "data" / "decontam", "_negatives")["Biology-16"]
-    assert _squash(negative["question"]) in _squash(clean[-1][0].text)
+    assert _squash(negative["question"]) in _squash(clean[4][0].text)
     # Common phrases of the style are there on purpose.
     assert "下列说法正确的是" in clean[0][0].text and "Janet has" in clean[1][0].text
 
@@ -184,9 +184,12 @@ def test_forum_posts_without_planted_items_quote_nothing_of_the_eval_sets():
 def test_forum_posts_personal_data_key():
     pii = [(r.text, p) for r in _forum_records() for p in json.loads(r.meta)["meta"]["pii"]]
     assert sorted((p["type"], p["expect"]) for _, p in pii) == [
-        ("bank_card", "replaced"), ("cn_resident_id", "kept"), ("cn_resident_id", "replaced"),
-        ("email", "replaced"), ("email", "replaced"), ("ip", "kept"), ("ip", "replaced"),
-        ("phone", "replaced"), ("phone", "replaced"), ("phone", "replaced")]
+        ("bank_card", "replaced"), ("bank_card", "replaced"), ("cn_resident_id", "kept"),
+        ("cn_resident_id", "replaced"), ("cn_resident_id", "replaced"),
+        ("email", "kept"), ("email", "kept"), ("email", "kept"), ("email", "replaced"),
+        ("ip", "kept"), ("ip", "kept"), ("ip", "replaced"), ("ip", "replaced"),
+        ("phone", "replaced"), ("phone", "replaced"), ("phone", "replaced"), ("phone", "replaced"),
+        ("phone", "replaced")]
     for text, p in pii:
         assert p["value"] in text
         if p["type"] == "cn_resident_id":

@@ -370,8 +370,6 @@ def test_the_sample_forum_posts_hit_exactly_their_planted_items(tmp_path):
     defaults, the hits are exactly those items."""
     root = Path(__file__).resolve().parents[2]
     posts = root / "data" / "sample" / "forum-posts.jsonl"
-    if not posts.exists():
-        pytest.skip("data/sample/forum-posts.jsonl is not in this checkout")
     config = Config(eval_sets={
         "gsm8k": {"path": "data/evalsets/gsm8k.jsonl", "fields": ["question", "answer"], "id_field": "id"},
         "humaneval": {"path": "data/evalsets/humaneval.jsonl", "fields": ["prompt", "canonical_solution"],
@@ -385,4 +383,4 @@ def test_the_sample_forum_posts_hit_exactly_their_planted_items(tmp_path):
         planted.append(sorted((p["eval_set"], str(p["item"])) for p in rec["meta"]["planted"]))
         found.append(sorted({(h.eval_set, h.item) for h in find_hits(rec["text"], index, config)}))
     assert found == planted
-    assert sum(map(len, planted)) == 15 and sum(not p for p in planted) == 5
+    assert sum(map(len, planted)) == 15 and sum(not p for p in planted) == 6

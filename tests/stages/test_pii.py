@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -248,3 +249,34 @@ def test_a_build_edits_text_and_documents_carry_the_edits(tmp_path):
     assert sum(d["pii_count"] for d in docs) == 3
     found = lineage_for_document(result.version_dir, first["id"], global_batch=2)
     assert found["document"]["pii_count"] == 2 and found["document"]["pii_types"] == "email:1,phone:1"
+    # The manifest's counts are the edits the version records, type by type (pii drops
+    # nothing, so every edit is in documents/ of a kept document).
+    edits = Counter(e["type"] for d in docs for e in d["pii_edits"])
+    tally = m["stages"]["pii"]["totals"]["tally"]
+    assert tally == {"email": 1, "phone": 1, "ip": 1, "documents_edited": 2}
+    assert {k: v for k, v in tally.items() if k != "documents_edited"} == dict(edits)
+    assert tally["documents_edited"] == sum(1 for d in docs if d["pii_edits"])
+    assert m["stages"]["pii"]["per_source"]["web"]["tally"] == tally
+
+
+def test_the_sample_forum_posts_answer_key(tmp_path):
+    """data/sample/forum-posts.jsonl lists in each post's ``meta.pii`` the
+    personal data it carries and whether the default stage must replace or
+    keep it (a checksum-invalid resident ID, a private IP and documentation
+    e-mail domains are kept). The stage's edits are exactly the replaced
+    values, type by type."""
+    posts = [json.loads(line) for line in (REPO_ROOT / "data" / "sample" / "forum-posts.jsonl")
+             .read_text(encoding="utf-8").splitlines()]
+    texts = [p["text"] for p in posts]
+    out = _run(_stage(tmp_path), *texts)
+    expected, found = [], []
+    for post, text, row in zip(posts, texts, out):
+        expected += sorted((p["type"], p["value"]) for p in post["meta"]["pii"] if p["expect"] == "replaced")
+        found += sorted((e["type"], text[e["start"]:e["end"]]) for e in row["pii_edits"])
+        for p in post["meta"]["pii"]:
+            if p["expect"] == "kept":
+                assert p["value"] in row["text"], p
+        for look in post["meta"]["lookalikes"]:
+            assert look["value"] in row["text"], look
+    assert found == expected
+    assert Counter(t for t, _ in found) == {"phone": 5, "cn_resident_id": 2, "bank_card": 2, "ip": 2, "email": 1}
