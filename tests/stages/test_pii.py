@@ -206,6 +206,8 @@ def test_types_and_tally(tmp_path):
                                     "lang_hint": pa.nulls(3, pa.string())}))
     assert PiiStage.tally(table) == {"email": 1, "ip": 2, "documents_edited": 2}
     assert set(PiiStage.tally_columns) <= set(PiiStage.columns)
+    assert PiiStage.effective_settings(Config(types=["ip", "email"])) == {
+        "priority": ["email", "ip"], "placeholders": ["<EMAIL>", "<IP_ADDRESS>"]}
 
 
 def test_config_errors():
