@@ -86,7 +86,8 @@ def test_bank_cards_luhn_and_issuer(tmp_path):
 
 
 def test_ip_public_replaced_private_and_documentation_kept(tmp_path):
-    text = "ping 8.26.56.26 from 192.168.1.10 via 203.0.113.7; v6 2400:cb00:2048:1::6ca2:c665, 2001:db8::1, ::1, fe80::1."
+    text = ("ping 8.26.56.26 from 192.168.1.10 via 203.0.113.7; v6 2400:cb00:2048:1::6ca2:c665, "
+            "2001:db8::1, ::1, fe80::1.")
     [row] = _run(_stage(tmp_path), text)
     assert row["text"] == ("ping <IP_ADDRESS> from 192.168.1.10 via 203.0.113.7; v6 <IP_ADDRESS>, "
                            "2001:db8::1, ::1, fe80::1.")
