@@ -45,6 +45,11 @@ NOT_TOKEN_SECRETS = frozenset({"eos", "bos", "pad", "unk", "sep", "cls", "mask",
 # this project's config, manifest or run log; add here rather than bend a rule).
 NOT_SECRETS: frozenset[str] = frozenset()
 
+# Keys of mappings that count things by name (a stage's tally: the pii stage
+# counts the ``secret`` values it replaced): the names inside are not
+# credential names, so their counts are published as they are.
+COUNT_TABLES: frozenset[str] = frozenset({"tally"})
+
 # Shortest secret value that is also scrubbed from free text: shorter values
 # ("test", "admin") would erase unrelated text such as paths; they are still
 # redacted under their key. Real access keys and tokens are 16+ characters.
@@ -83,10 +88,10 @@ def secret_values(data: Any) -> set[str]:
     from free text."""
     found: set[str] = set()
 
-    def walk(value: Any, inside: bool) -> None:
+    def walk(value: Any, inside: bool, counts: bool = False) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
-                walk(v, inside or looks_secret(k))
+                walk(v, inside or (not counts and looks_secret(k)), k in COUNT_TABLES)
         elif isinstance(value, (list, tuple)):
             for v in value:
                 walk(v, inside)
@@ -125,9 +130,10 @@ def redact(data: Any, secrets: Iterable[str] = ()) -> Any:
     """
     scrub = set(secrets) | secret_values(data)
 
-    def walk(value: Any, inside: bool) -> Any:
+    def walk(value: Any, inside: bool, counts: bool = False) -> Any:
         if isinstance(value, dict):
-            return {k: walk(v, inside or looks_secret(k)) for k, v in value.items()}
+            return {k: walk(v, inside or (not counts and looks_secret(k)), k in COUNT_TABLES)
+                    for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [walk(v, inside) for v in value]
         if inside and _hides_something(value):

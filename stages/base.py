@@ -454,7 +454,7 @@ class Stage:
     Config: ClassVar[type[BaseStageConfig]] = StageConfig
     #: Where the stage runs in a build: stages run in ascending ``order``
     #: (built-in: langid 100, heuristics 200, perplexity 300, dedup 400,
-    #: tokenize 600, mixture 700; a new stage picks a free number between the
+    #: pii 500, tokenize 600, mixture 700; a new stage picks a free number between the
     #: stages it runs between). Unique among the registered stages.
     order: ClassVar[int]
     #: The measurement columns :meth:`process` adds: name (prefixed by the

@@ -31,7 +31,8 @@ from stages.pii.found import Found
 
 _LOCAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._%+-")
 _MAX_LOCAL = 64
-_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
+_DOMAIN = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+([A-Za-z]{2,24})"
+                     r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
 RESERVED_DOMAINS = ("example.com", "example.net", "example.org")
 RESERVED_TLDS = frozenset({"example", "test", "invalid", "localhost"})
 #: systemd unit types (systemd.unit(5)) and file suffixes seen after an "@".

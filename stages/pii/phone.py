@@ -3,8 +3,8 @@
 ``phonenumbers`` (the Python port of Google's libphonenumber, whose metadata
 lists every country's number plan) decides whether a digit run is a number
 that can be dialled; its own text scanner (``PhoneNumberMatcher``) is not
-used: it tries every digit run of the text through the full parser, about
-4x the CPU time of this module on 8.1 M characters of prose (``bench.pii``,
+used: it tries every digit run of the text through the full parser, 4-5x
+the CPU time of this module on 8.1 M characters of prose (``bench.pii``,
 docs/stages/pii.md). Here the
 library only sees candidates that already have the shape of a phone number.
 

@@ -53,9 +53,11 @@ class PiiStage(Stage):
     @classmethod
     def effective_settings(cls, config: Config) -> dict[str, Any]:
         """The detectors in priority order (``stages.pii.redact.PRIORITY``)
-        and the placeholder of each type."""
-        return {"priority": [t for t in redact.PRIORITY if t in config.types],
-                "placeholders": {t: f"<{redact.PLACEHOLDERS[t]}>" for t in config.types}}
+        and, in the same order, the placeholder of each (a list, not a
+        mapping: a manifest key named ``secret`` would be redacted on
+        publishing, ``pipeline.redact``)."""
+        types = [t for t in redact.PRIORITY if t in config.types]
+        return {"priority": types, "placeholders": [f"<{redact.PLACEHOLDERS[t]}>" for t in types]}
 
     @classmethod
     def tally(cls, table: pa.Table) -> dict[str, int]:

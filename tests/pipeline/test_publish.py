@@ -267,6 +267,12 @@ def test_redact_rules():
         "storage_options": {"headers": {"Authorization": REDACTED}, "anon": False, "token": None,
                             "credentials": {"user": REDACTED, "port": REDACTED}},
         "message": f"403 for key {REDACTED} at s3://u:{REDACTED}@h/b?X-Amz-Signature={REDACTED}&part=2"}
+    # A stage's tally counts things by name: the pii stage's `secret` count is a count,
+    # published as it is; a storage option named `secret` beside it is still redacted.
+    stages = {"stages": {"pii": {"totals": {"tally": {"secret": 3, "email": 12}}}},
+              "storage_options": {"secret": "abcdefghijkl"}}
+    assert redact(stages) == {"stages": {"pii": {"totals": {"tally": {"secret": 3, "email": 12}}}},
+                              "storage_options": {"secret": REDACTED}}
 
 
 # ---------------------------------------------------------------- terminal

@@ -87,7 +87,8 @@ def test_bank_cards_luhn_and_issuer(tmp_path):
 
 
 def test_ip_public_replaced_private_and_documentation_kept(tmp_path):
-    text = "ping 8.26.56.26 from 192.168.1.10 via 203.0.113.7; v6 2400:cb00:2048:1::6ca2:c665, 2001:db8::1, ::1, fe80::1."
+    text = ("ping 8.26.56.26 from 192.168.1.10 via 203.0.113.7; v6 2400:cb00:2048:1::6ca2:c665, "
+            "2001:db8::1, ::1, fe80::1.")
     [row] = _run(_stage(tmp_path), text)
     assert row["text"] == ("ping <IP_ADDRESS> from 192.168.1.10 via 203.0.113.7; v6 <IP_ADDRESS>, "
                            "2001:db8::1, ::1, fe80::1.")
@@ -207,6 +208,8 @@ def test_types_and_tally(tmp_path):
                                     "lang_hint": pa.nulls(3, pa.string())}))
     assert PiiStage.tally(table) == {"email": 1, "ip": 2, "documents_edited": 2}
     assert set(PiiStage.tally_columns) <= set(PiiStage.columns)
+    assert PiiStage.effective_settings(Config(types=["ip", "email"])) == {
+        "priority": ["email", "ip"], "placeholders": ["<EMAIL>", "<IP_ADDRESS>"]}
 
 
 def test_config_errors():
