@@ -56,3 +56,36 @@ def test_full_width_digits_are_personal_data_too(tmp_path):
     # an invalid checksum in full width stays, as in ASCII; a full-width date too
     [row] = _pii(tmp_path, "号码１１０１０５１９４９１２３１００２１，日期２０２３年１０月１日")
     assert row["pii_count"] == 0 and row["text"] == "号码１１０１０５１９４９１２３１００２１，日期２０２３年１０月１日"
+
+
+def _preflight(path, **es):
+    from stages.decontaminate import Config, DecontaminateStage
+
+    return DecontaminateStage.preflight(Config(eval_sets={"ev": {"path": str(path), "fields": ["q"], **es}}))
+
+
+def test_eval_jsonl_with_bom_crlf_bad_bytes_non_objects_and_lone_surrogates(tmp_path):
+    from stages.decontaminate.config import EvalSet
+    from stages.decontaminate.evalsets import read_items
+
+    # written by a Windows tool: UTF-8 BOM and CRLF line ends; read as usual
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"id": "HumanEval/0", "q": "one two"}\r\n{"id": "HumanEval/1", "q": "three"}\r\n')
+    assert [(i.id, i.fields) for i in read_items(EvalSet(path=str(bom), fields=("q",), id_field="id"))] == [
+        ("HumanEval/0", ("one two",)), ("HumanEval/1", ("three",))]
+    # a lone surrogate escape (no UTF-8 string can hold it) becomes U+FFFD, a separator
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text('{"q": "caf\\ud800 au lait"}\n', encoding="utf-8")
+    assert read_items(EvalSet(path=str(lone), fields=("q",)))[0].fields == ("caf\ufffd au lait",)
+    # each of these was a traceback out of preflight; now one line naming file and line
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(b'{"q": "ok"}\n{"q": "caf\xe9"}\n')
+    arr = tmp_path / "array.jsonl"
+    arr.write_text('[{"q": "x"}]\n', encoding="utf-8")
+    null = tmp_path / "null.jsonl"
+    null.write_text('{"q": "x"}\n\nnull\n', encoding="utf-8")
+    assert _preflight(bad) == [f"decontaminate.eval_sets.ev: {bad}:2: not UTF-8 (byte 11 of the line)"]
+    assert _preflight(arr) == [f"decontaminate.eval_sets.ev: {arr}:1: a JSON array, not an object "
+                               "(one record per line)"]
+    assert _preflight(null) == [f"decontaminate.eval_sets.ev: {null}:3: a JSON null, not an object "
+                                "(one record per line)"]
