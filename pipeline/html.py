@@ -103,6 +103,11 @@ _ALIASES = {
     "big5": ("big5hkscs", "cp950"), "big5hkscs": ("big5hkscs", "cp950"), "cp950": ("cp950", "big5hkscs"),
     "latin_1": ("cp1252",), "ascii": ("cp1252",), "cp1252": ("cp1252",),
 }
+# Python codecs that are no charset of a web page: UTF-7 (the HTML standard
+# forbids it: it smuggles markup past filters), the escape and IDNA
+# transforms (``unicode_escape`` turns a page's ``\\u0041`` into ``A``) and
+# ``undefined`` (raises on any byte). A label naming one is ignored.
+_NOT_PAGE_CODECS = frozenset({"utf-7", "unicode-escape", "raw-unicode-escape", "punycode", "idna", "undefined"})
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
@@ -112,7 +117,8 @@ class UndecodableHTML(ValueError):
 
 def codecs_for(label: str | None) -> tuple[str, ...]:
     """Python codecs for a charset label (``"GBK"``, ``"x-gbk"``, ``"utf8"``,
-    ``"Big5"``), in the order to try them; ``()`` for an unknown label."""
+    ``"Big5"``), in the order to try them; ``()`` for an unknown or invalid
+    label, or one naming a codec of :data:`_NOT_PAGE_CODECS`."""
     if not label:
         return ()
     label = label.strip().strip("\"'").lower()
@@ -120,7 +126,9 @@ def codecs_for(label: str | None) -> tuple[str, ...]:
         label = label[2:]
     try:
         name = codecs.lookup(label).name
-    except LookupError:
+    except (LookupError, ValueError):  # ValueError: a NUL in the label
+        return ()
+    if name in _NOT_PAGE_CODECS:
         return ()
     return _ALIASES.get({"iso8859-1": "latin_1"}.get(name, name), (name,))
 

@@ -317,3 +317,23 @@ def test_build_from_a_warc_to_mindrecord_with_the_url_in_lineage(tmp_path):
     meta = json.loads(rows[doc_ids[0]][1]["meta"])
     assert explained["page"]["url"] == meta["url"] and explained["page"]["warc_record_id"] == meta["warc_record_id"]
     assert f"page {meta['url']}" in format_explanation(explained).splitlines()[1]
+
+
+def test_invalid_and_hostile_charset_labels_are_ignored(tmp_path):
+    # a NUL in the label (codecs.lookup raised ValueError: read.record_error),
+    # "undefined"/"punycode" (raise on decode), UTF-7 and unicode_escape
+    # (decode ASCII pages into other text): each label is ignored, the page
+    # decodes as UTF-8 by detection or fallback, its text unchanged
+    body = _page("C++", ["Use C++ +ADw-script+AD4- and write \\u0041 in strings, says the river guide."]).encode()
+    for label in ("x-foo\x00", "undefined", "punycode", "utf-7", "unicode_escape", "raw-unicode-escape"):
+        assert H.codecs_for(label) == ()
+        text, codec, source, replaced = H.decode_html(body, label)
+        assert (text, replaced) == (body.decode(), 0) and source != "http", label
+    assert H.codecs_for("GBK") == ("gb18030",)
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    _response(w, "http://example.com/nul", body, "text/html; charset=x-foo\x00bar")
+    path = tmp_path / "nul.warc.gz"
+    path.write_bytes(buf.getvalue())
+    [rec] = _read(path)
+    assert isinstance(rec, Record) and "Use C++ +ADw-script+AD4- and write \\u0041" in rec.text
