@@ -48,7 +48,8 @@ URL when there is one):
   :data:`MAX_REPLACEMENT_FRACTION` of its characters would be U+FFFD).
 * ``read.empty_extraction``: the extractor found no main text.
 * ``read.extraction_error``: the extractor raised.
-* ``read.record_too_large``: a record (HTML bytes) above ``ingest.max_record_bytes``.
+* ``read.record_too_large``: a record (HTML bytes) above ``ingest.max_record_bytes``,
+  or a page longer than its extractor's :data:`EXTRACTOR_MAX_CHARS`.
 * ``read.record_error``: any other error on one record (named in the detail).
 
 Memory is O(one record): a gzip member is decompressed whole (up to
@@ -77,6 +78,14 @@ EXTRACTORS = ("trafilatura", "resiliparse")
 # at ~20x the speed (docs/inputs_html_warc.md, bench/html.py).
 DEFAULT_EXTRACTOR = "trafilatura"
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: Characters of HTML an extractor is given at most; a longer page is
+#: ``read.record_too_large``. trafilatura's time grows about as the square of
+#: the page: 2.2 MB 1.4 s, 4.4 MB 4.7 s, 8.9 MB 25 s, 20 MB ~100 s (measured on
+#: one core, pages of distinct paragraphs; docs/inputs_html_warc.md), so one
+#: 64 MB page would hold a worker for ~15 minutes. 4 Mi characters bounds a
+#: page to ~5 s; Common Crawl truncates payloads at 1 MiB. resiliparse is
+#: linear (17.8 MB in 0.6 s): no limit but ``ingest.max_record_bytes``.
+EXTRACTOR_MAX_CHARS = {"trafilatura": 4 << 20}
 # HTTP statuses whose body is a page (anything else: read.http_status).
 OK_STATUSES = frozenset({200})
 # Bytes scanned for <meta charset>: the WHATWG prescan reads 1,024; pages in
@@ -241,6 +250,10 @@ def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
 def _page(html: str, meta: dict, file: str, line: int, offset: int, extractor: str,
           where: str) -> Record | Quarantined:
     """One decoded page as a record of its main text, or its quarantine entry."""
+    limit = EXTRACTOR_MAX_CHARS.get(extractor)
+    if limit is not None and len(html) > limit:
+        return Quarantined(file, line, offset, "read.record_too_large",
+                           f"{where}{len(html)} characters of HTML > {limit} ({extractor}'s limit)"[:200])
     try:
         text = extract_text(html, extractor)
     except Exception as exc:  # noqa: BLE001 - one page never stops a file

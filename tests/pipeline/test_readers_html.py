@@ -337,3 +337,22 @@ def test_invalid_and_hostile_charset_labels_are_ignored(tmp_path):
     path.write_bytes(buf.getvalue())
     [rec] = _read(path)
     assert isinstance(rec, Record) and "Use C++ +ADw-script+AD4- and write \\u0041" in rec.text
+
+
+def test_a_page_too_long_for_trafilatura_is_quarantined_not_extracted_for_minutes(tmp_path):
+    # 9 MB of distinct paragraphs: trafilatura took ~25 s on it (its time
+    # grows as the square of the page); now read.record_too_large at once,
+    # while resiliparse (linear) still extracts it
+    paragraphs = [f"{EN_1} Paragraph {i}." for i in range(90_000)]
+    body = _page("Long", paragraphs).encode()
+    assert len(body) > H.EXTRACTOR_MAX_CHARS["trafilatura"]
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    _response(w, "http://example.com/long", body, "text/html; charset=utf-8")
+    path = tmp_path / "long.warc.gz"
+    path.write_bytes(buf.getvalue())
+    [q] = list(read_file(path, path.name, "warc", "text", "file", 64 << 20, None, None, "trafilatura"))
+    assert isinstance(q, Quarantined) and q.reason == "read.record_too_large"
+    assert f"{len(body)} characters of HTML > {4 << 20} (trafilatura's limit)" in q.detail
+    [rec] = list(read_file(path, path.name, "warc", "text", "file", 64 << 20, None, None, "resiliparse"))
+    assert isinstance(rec, Record) and "Paragraph 89999." in rec.text
