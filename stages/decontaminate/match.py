@@ -72,6 +72,7 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
     for n in lengths:
         j, k = index.lookup(gram_hashes(h, n))
         if len(j):
+            j, k = _thin(j, k, n)
             found_j.append(j)
             found_k.append(k)
     if not found_j:
@@ -102,6 +103,33 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
                             int(ends[u1 - 1]), got[0], u0, u1, got[1]))
     hits.sort(key=lambda x: (x.start, x.eval_set, x.item, x.end))
     return hits
+
+
+def _thin(j: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Of the document positions ``j`` where key ``k`` was found (int64[m]
+    each; grams of length ``n``), only the first and last of each key in each
+    block of ``2n + 1`` units, without changing any hit.
+
+    A document repeating a gram (``哈哈哈…``, ``0, 0, 0, …``) that an item also
+    repeats expanded to (occurrences x postings) triples: 53 M for a 1 M
+    character ``哈`` run against an item holding 60 ``哈`` (14 s, 2.6 GB).
+    Why nothing changes: a dropped occurrence lies between the kept first
+    and last of its block, at most ``2n`` units apart, so no gap of more than
+    ``2n`` (a cluster break) appears or disappears, every cluster keeps its
+    first and last position, and each key present in a cluster keeps an
+    occurrence there (its postings, hence the coverage, are the same).
+    O(m log m)."""
+    if len(j) < 3:
+        return j, k
+    order = np.lexsort((j, k))
+    j, k = j[order], k[order]
+    block = j // (2 * n + 1)
+    first = np.ones(len(j), bool)
+    first[1:] = (k[1:] != k[:-1]) | (block[1:] != block[:-1])
+    last = np.ones(len(j), bool)
+    last[:-1] = first[1:]
+    keep = first | last
+    return j[keep], k[keep]
 
 
 def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> tuple[float, int] | None:

@@ -89,3 +89,36 @@ def test_eval_jsonl_with_bom_crlf_bad_bytes_non_objects_and_lone_surrogates(tmp_
                                "(one record per line)"]
     assert _preflight(null) == [f"decontaminate.eval_sets.ev: {null}:3: a JSON null, not an object "
                                 "(one record per line)"]
+
+
+def _index(items, **cfg):
+    from stages.decontaminate import Config
+    from stages.decontaminate.index import build_index
+
+    config = Config(eval_sets={"rep": {"path": "unused.jsonl", "fields": ["q"]}}, **cfg)
+    return config, build_index(config, items)
+
+
+def test_a_document_repeating_a_gram_an_item_repeats_is_matched_without_blowing_up():
+    # an item holding a run of 60 "哈" and one of 60 "the"; documents made of
+    # 300 K "哈" and of 100 K "the" (junk pages are like that). Every document
+    # gram was looked up with all 53 postings of the item: occurrences x
+    # postings triples (16 M here; 53 M, 14 s and 2.6 GB for 1 M characters).
+    import numpy as np
+
+    from stages.decontaminate.evalsets import Item
+    from stages.decontaminate.match import _thin, find_hits
+    from stages.decontaminate.normalize import gram_hashes, units
+
+    config, index = _index({"rep": [Item("HumanEval/0", ("哈" * 60,)), Item("HumanEval/1", ("the " * 60,))]})
+    doc = "哈" * 300_000
+    [hit] = find_hits(doc, index, config)
+    assert (hit.item, hit.start, hit.end, hit.coverage) == ("HumanEval/0", 0, 300_000, 1.0)
+    [hit] = find_hits("x " + "the " * 100_000 + "y", index, config)
+    assert (hit.item, hit.start, hit.end) == ("HumanEval/1", 2, 2 + 4 * 100_000 - 1)
+    # the work: two occurrences kept per key per block of 2n + 1 = 17 units
+    j, k = index.lookup(gram_hashes(units(doc)[0], 8))
+    assert len(j) == 300_000 - 7
+    j2, k2 = _thin(j, k, 8)
+    assert len(j2) == 2 * int(np.ceil((300_000 - 7) / 17))
+    assert set(k2.tolist()) == set(k.tolist()) and (j2.min(), j2.max()) == (j.min(), j.max())
