@@ -122,3 +122,24 @@ def test_a_document_repeating_a_gram_an_item_repeats_is_matched_without_blowing_
     j2, k2 = _thin(j, k, 8)
     assert len(j2) == 2 * int(np.ceil((300_000 - 7) / 17))
     assert set(k2.tolist()) == set(k.tolist()) and (j2.min(), j2.max()) == (j.min(), j.max())
+
+
+# rows of a numeric table (cells of 2-4 digits): before, each row read as a
+# phone number or a Luhn-valid card of a known issuer
+TABLE = ("id  x   y   z\n"
+         "16 520 196 465\n"
+         "13 353 526 502\n"
+         "341 444 602 328 526\n"
+         "3728 211 3278 8851\n")
+
+
+def test_numeric_table_cells_are_not_phones_or_cards_but_written_numbers_are(tmp_path):
+    from stages.pii import bank_card, phone
+
+    assert phone.find(TABLE) == [] and bank_card.find(TABLE) == []
+    [row] = _pii(tmp_path, TABLE)
+    assert row["pii_count"] == 0 and row["text"] == TABLE
+    # the groupings people write are still numbers
+    text = "手机 138 0013 8000 或 1380 013 8000，座机 0755-8888 6666，卡号 6222 0200 1234 5678 903，Amex 3782 822463 10005"
+    assert [f.value for f in phone.find(text)] == ["+8613800138000", "+8613800138000", "+8675588886666"]
+    assert [f.value for f in bank_card.find(text)] == ["6222020012345678903", "378282246310005"]
