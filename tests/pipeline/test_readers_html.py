@@ -356,3 +356,32 @@ def test_a_page_too_long_for_trafilatura_is_quarantined_not_extracted_for_minute
     assert f"{len(body)} characters of HTML > {4 << 20} (trafilatura's limit)" in q.detail
     [rec] = list(read_file(path, path.name, "warc", "text", "file", 64 << 20, None, None, "resiliparse"))
     assert isinstance(rec, Record) and "Paragraph 89999." in rec.text
+
+
+def test_brotli_content_encoding_is_decoded_and_a_brotli_bomb_stops_at_the_limit(tmp_path):
+    # Browser-made WARCs (browsertrix, webrecorder) keep "Content-Encoding: br"
+    # bodies. warcio's br decoder set an attribute that brotli 1.1+ refuses:
+    # every such page was read.corrupt_record (AttributeError)
+    import brotli
+
+    page = _page("The river", [EN_1, EN_2]).encode()
+    bomb = brotli.compress(b"<p>" + b"a" * (50 << 20) + b"</p>", quality=5)    # 99 bytes -> 50 MB
+    assert len(bomb) < 200
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    for url, body in (("https://example.com/br", brotli.compress(page)), ("https://example.com/bomb", bomb)):
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "br")],
+                                protocol="HTTP/1.1")
+        w.write_record(w.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http))
+    path = tmp_path / "br.warc.gz"
+    path.write_bytes(buf.getvalue())
+    rec, q = _read(path)                                                 # max_bytes: 1 MiB
+    assert isinstance(rec, Record) and rec.text == f"The river\n{EN_1}\n{EN_2}"
+    assert json.loads(rec.meta)["url"] == "https://example.com/br"
+    assert isinstance(q, Quarantined) and q.reason == "read.record_too_large"
+    assert q.detail == "https://example.com/bomb: > 1048576 bytes"
+    # the work: the decoder stops one byte past the limit, not at 50 MB
+    decoder = H._Brotli()
+    decoder.limit = 1 << 20
+    assert len(decoder.decompress(bomb)) == (1 << 20) + 1 and decoder.overflow
+    assert decoder.decompress(b"more") == b""
