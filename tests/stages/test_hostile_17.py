@@ -143,3 +143,28 @@ def test_numeric_table_cells_are_not_phones_or_cards_but_written_numbers_are(tmp
     text = "手机 138 0013 8000 或 1380 013 8000，座机 0755-8888 6666，卡号 6222 0200 1234 5678 903，Amex 3782 822463 10005"
     assert [f.value for f in phone.find(text)] == ["+8613800138000", "+8613800138000", "+8675588886666"]
     assert [f.value for f in bank_card.find(text)] == ["6222020012345678903", "378282246310005"]
+
+
+def test_item_ids_with_separators_tally_under_their_set_and_a_set_named_like_a_tally_key_is_refused():
+    # HumanEval's real ids hold "/"; the tally key "<set>/<id>" still nests
+    # under the set (set names hold no "/"), whatever the id holds
+    import pyarrow as pa
+    import pydantic
+    import pytest
+
+    from pipeline.report import tally_rows
+    from stages.decontaminate import Config, DecontaminateStage
+    from stages.decontaminate.stage import SPAN_TYPE
+
+    span = {"eval_set": "he", "start": 0, "end": 5, "coverage": 1.0}
+    table = pa.table({"decontaminate_spans": pa.array([[{**span, "item": "HumanEval/0"}, {**span, "item": "a,b:c"}],
+                                                       [{**span, "item": "x/y/z"}], []], SPAN_TYPE)})
+    tally = DecontaminateStage.tally(table)
+    assert tally == {"documents_hit": 2, "he": 2, "he/HumanEval/0": 1, "he/a,b:c": 1, "he/x/y/z": 1}
+    assert [(k, kind) for k, _, _, kind in tally_rows({"web": tally})] == [
+        ("documents_hit", "key"), ("he", "key"), ("he/HumanEval/0", "child"), ("he/a,b:c", "child"),
+        ("he/x/y/z", "child")]
+    # an eval set named "documents_hit" would add its documents into the
+    # documents_hit count: refused in the config, one line naming the key
+    with pytest.raises(pydantic.ValidationError, match="decontaminate.eval_sets.documents_hit: a reserved name"):
+        Config(eval_sets={"documents_hit": {"path": "x.jsonl", "fields": ["q"]}})
