@@ -98,7 +98,7 @@ DETECT_BYTES = 65536
 # accepted, more is read.undecodable_html. Our own choice (browsers accept any).
 MAX_REPLACEMENT_FRACTION = 0.01
 
-_META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
+_META_CHARSET = re.compile(rb"<meta[^<>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
 _MARKUP = re.compile(rb"<\s*(!doctype|html|head|body|meta|title|div|p|a|span|table|br)\b", re.I)
 _GZIP_MEMBER = b"\x1f\x8b\x08"
 # Compressed bytes fed to zlib at a time: bounds how far past a cut member's

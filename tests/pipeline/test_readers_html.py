@@ -385,3 +385,16 @@ def test_brotli_content_encoding_is_decoded_and_a_brotli_bomb_stops_at_the_limit
     decoder.limit = 1 << 20
     assert len(decoder.decompress(bomb)) == (1 << 20) + 1 and decoder.overflow
     assert decoder.decompress(b"more") == b""
+
+
+def test_meta_charset_after_thousands_of_unclosed_meta_fragments():
+    # 2,500 "<meta " without ">" in the first 16 KB: the lazy [^>]*? scan ran
+    # from each to the end of the window (0.7 s per page, quadratic); it now
+    # stops at the next "<" (0.1 ms). The charset after them is still found.
+    head = b"<html><head>" + b"<meta " * 2500 + b'<meta charset="gbk"><title>t</title></head>'
+    assert len(head) < H.META_SCAN_BYTES
+    assert H.meta_charset(head) == "gbk"
+    body = head + _page("长江", [ZH_1]).encode("gbk")
+    text, codec, source, replaced = H.decode_html(body)
+    assert (codec, source, replaced) == ("gb18030", "meta", 0) and ZH_1 in text
+    assert H.meta_charset(b'<meta http-equiv="Content-Type" content="text/html; charset=big5">') == "big5"
