@@ -42,8 +42,8 @@ URL when there is one):
 * ``read.truncated_record``: a record (or gzip member) that ends before its
   ``Content-Length`` or end-of-stream marker.
 * ``read.corrupt_record``: a record that does not parse (bad gzip data, not a
-  WARC header); reading resumes at the next gzip member, so one bad record
-  never stops a file.
+  WARC header); reading resumes at the next gzip member (uncompressed: at the
+  next ``WARC/1.x`` line), so one bad record never stops a file.
 * ``read.undecodable_html``: no charset decodes the page (more than
   :data:`MAX_REPLACEMENT_FRACTION` of its characters would be U+FFFD).
 * ``read.empty_extraction``: the extractor found no main text.
@@ -484,11 +484,13 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
 
 
 def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes: int, extractor: str,
-                  member_offset: int | None = None) -> Iterator[tuple[int, Record | Quarantined | None]]:
+                  member_offset: int | None = None, starts: list[int] | None = None
+                  ) -> Iterator[tuple[int, Record | Quarantined | None]]:
     """``(records seen, item)`` for each record of a WARC/ARC byte stream
     (uncompressed: one gzip member's content, or a whole plain file); item
-    None for a record that is not a response. Raises what warcio raises on
-    data that is not a record (the caller quarantines it)."""
+    None for a record that is not a response. Each record's offset is
+    appended to ``starts`` when given. Raises what warcio raises on data
+    that is not a record (the caller quarantines it)."""
     from warcio.archiveiterator import ArchiveIterator
 
     _use_our_brotli()
@@ -497,6 +499,8 @@ def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes:
     line = first_line
     for record in it:
         offset = base_offset + it.offset  # the record's start (get_record_offset() would read it to its end)
+        if starts is not None:
+            starts.append(offset)
         try:
             item = _warc_item(record, file, line, offset, max_bytes, extractor, member_offset)
         except Exception as exc:  # noqa: BLE001 - one record never stops a file
@@ -560,21 +564,30 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
     (``.warc.gz``, ``.arc.gz``: each member read on its own, a bad one
     quarantined and skipped, :func:`_gzip_members`) or uncompressed
     (``.warc``: streamed; a record cut short is ``read.truncated_record``, and
-    data that does not parse as a record ends the file with
-    ``read.corrupt_record``). Warcio's warnings on records whose length is
-    off go to stderr."""
+    data that does not parse as a record is one ``read.corrupt_record``, after
+    which reading resumes at the next ``WARC/1.x`` line past the last record
+    read, :func:`_next_warc_header`; a stream that cannot seek ends there).
+    Warcio's warnings on records whose length is off go to stderr."""
     with open_input(path, storage_options) as raw:
         stream = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)
         line = 1
         if stream.peek(3)[:3] != _GZIP_MEMBER:
-            try:
-                for n, item in _warc_records(stream, file, line, 0, max_bytes, extractor):
-                    line += n
-                    if item is not None:
-                        yield item
-            except Exception as exc:  # noqa: BLE001 - what was read stays read
-                yield Quarantined(file, line, -1, "read.corrupt_record", f"{type(exc).__name__}: {exc}"[:200])
-            return
+            base = 0
+            while True:
+                starts = [base]  # the records' starts (warcio's are from tell()): a resync looks past the last
+                try:
+                    for n, item in _warc_records(stream, file, line, 0, max_bytes, extractor, starts=starts):
+                        line += n
+                        if item is not None:
+                            yield item
+                    return
+                except Exception as exc:  # noqa: BLE001 - what was read stays read
+                    yield Quarantined(file, line, -1, "read.corrupt_record", f"{type(exc).__name__}: {exc}"[:200])
+                    line += 1
+                base = _next_warc_header(stream, starts[-1] + 1) if stream.seekable() else None
+                if base is None:
+                    return
+                stream.seek(base)
         for offset, member, problem in _gzip_members(stream, max_bytes):
             if problem == "too_large":
                 # More than one record may hold: a whole file gzipped as one
@@ -600,6 +613,30 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
                 line += 1
             if line == before:  # an empty member still takes a place, so later ordinals do not move
                 line += 1
+
+
+_WARC_HEADER = re.compile(rb"\n(WARC/1\.[01]\r?\n)")
+
+
+def _next_warc_header(raw, start: int, block: int = 1 << 20) -> int | None:
+    """The offset of the first ``WARC/1.0`` or ``WARC/1.1`` line at or after
+    ``start`` in the seekable binary stream ``raw`` (a line start), or None:
+    where an uncompressed WARC is read again after a record that does not
+    parse (a wrong ``Content-Length``, line ends rewritten by an editor).
+    Reads blocks of ``block`` bytes: O(bytes skipped)."""
+    at = start
+    raw.seek(max(start - 1, 0))
+    carry = b"\n" if start == 0 else raw.read(1)   # the byte before start: a header starts a line
+    while True:
+        data = raw.read(block)
+        if not data:
+            return None
+        window = carry + data
+        m = _WARC_HEADER.search(window)
+        if m is not None:
+            return at - len(carry) + m.start(1)
+        carry = window[-10:]
+        at += len(data)
 
 
 class _OneMember(io.RawIOBase):

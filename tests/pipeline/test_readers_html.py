@@ -398,3 +398,32 @@ def test_meta_charset_after_thousands_of_unclosed_meta_fragments():
     text, codec, source, replaced = H.decode_html(body)
     assert (codec, source, replaced) == ("gb18030", "meta", 0) and ZH_1 in text
     assert H.meta_charset(b'<meta http-equiv="Content-Type" content="text/html; charset=big5">') == "big5"
+
+
+def test_an_uncompressed_warc_is_read_again_after_a_record_with_a_wrong_content_length(tmp_path):
+    # record 2 says 10 bytes more than it holds: warcio reads into record 3's
+    # header and fails there. Before, that ended the file (records 3 and 4
+    # lost behind one read.corrupt_record); now the reader finds the next
+    # "WARC/1.x" line and goes on, as the gzip path does per member.
+    import re
+
+    chunks = []
+    for i in range(4):
+        buf = io.BytesIO()
+        _response(WARCWriter(buf, gzip=False), f"https://example.com/{i}", _page(f"Page {i}", [EN_1, EN_2]).encode(),
+                  "text/html; charset=utf-8")
+        data = buf.getvalue()
+        if i == 1:
+            n = int(re.search(rb"Content-Length: (\d+)", data).group(1))
+            data = data.replace(b"Content-Length: %d" % n, b"Content-Length: %d" % (n + 10), 1)
+        chunks.append(data)
+    path = tmp_path / "off.warc"
+    path.write_bytes(b"".join(chunks))
+    out = _read(path)
+    assert [(type(o).__name__, o.line) for o in out] == [("Record", 1), ("Record", 2), ("Quarantined", 3),
+                                                          ("Record", 4), ("Record", 5)]
+    assert out[2].reason == "read.corrupt_record"
+    assert [json.loads(o.meta)["url"] for o in out if isinstance(o, Record)] == [
+        f"https://example.com/{i}" for i in range(4)]
+    assert [json.loads(o.meta)["warc_offset"] for o in out if isinstance(o, Record)][2:] == [
+        len(chunks[0]) + len(chunks[1]), sum(map(len, chunks[:3]))]
