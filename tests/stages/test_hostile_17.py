@@ -168,3 +168,17 @@ def test_item_ids_with_separators_tally_under_their_set_and_a_set_named_like_a_t
     # documents_hit count: refused in the config, one line naming the key
     with pytest.raises(pydantic.ValidationError, match="decontaminate.eval_sets.documents_hit: a reserved name"):
         Config(eval_sets={"documents_hit": {"path": "x.jsonl", "fields": ["q"]}})
+
+
+def test_python_slices_in_prose_are_not_ipv6_addresses(tmp_path):
+    # a tutorial (prose, so the number detectors run) quoting numpy code:
+    # "2048::2" parsed as the IPv6 address 2048::2 in 2000::/3 and was replaced
+    from stages.pii import ip
+
+    text = "Take every other sample: `x = arr[2048::2]`, or the tail `y = x[2024::3]`. DNS: 2606:4700:4700::1111."
+    assert [f.value for f in ip.find(text)] == ["2606:4700:4700::1111"]
+    [row] = _pii(tmp_path, text)
+    assert row["text"] == ("Take every other sample: `x = arr[2048::2]`, or the tail `y = x[2024::3]`. "
+                           "DNS: <IP_ADDRESS>.")
+    assert [f.value for f in ip.find("v6 2400:cb00:2048:1::6ca2:c665 and 2a00:1450:4001:80b::200e")] == [
+        "2400:cb00:2048:1::6ca2:c665", "2a00:1450:4001:80b::200e"]
