@@ -182,3 +182,14 @@ def test_python_slices_in_prose_are_not_ipv6_addresses(tmp_path):
                            "DNS: <IP_ADDRESS>.")
     assert [f.value for f in ip.find("v6 2400:cb00:2048:1::6ca2:c665 and 2a00:1450:4001:80b::200e")] == [
         "2400:cb00:2048:1::6ca2:c665", "2a00:1450:4001:80b::200e"]
+
+
+def test_retina_asset_names_and_git_ssh_urls_are_not_mail_addresses(tmp_path):
+    from stages.pii import email
+
+    text = ('<img src="logo@2x.png" srcset="icon@3x.webp 3x">; run `git clone git@github.com:org/repo.git`; '
+            "write to zhang.san@qq.com or ana@empresa.com.py")
+    assert [f.value for f in email.find(text)] == ["zhang.san@qq.com", "ana@empresa.com.py"]
+    [row] = _pii(tmp_path, text)
+    assert row["text"] == ('<img src="logo@2x.png" srcset="icon@3x.webp 3x">; run `git clone git@github.com:org/repo.git`; '
+                           "write to <EMAIL> or <EMAIL>")
