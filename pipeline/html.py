@@ -264,6 +264,27 @@ def _detect(body: bytes) -> str | None:
     return best.encoding if best is not None else None
 
 
+def _trafilatura_deep_trees() -> None:
+    """Let trafilatura's parser build trees deeper than libxml2's default 256
+    levels: its ``HTML_PARSER`` (read by ``trafilatura.utils.load_html`` at
+    each call) with the same options plus ``huge_tree=True``. Without it, a
+    page with 255+ unclosed tags (old forum pages nest ``<font>`` without
+    closing it) parses to its first levels only: the text below them was
+    lost, the page kept with its title alone. Nothing else changes for a
+    page within the default limits."""
+    global _DEEP_PARSER
+    from lxml.html import HTMLParser
+    from trafilatura import utils
+
+    if _DEEP_PARSER is None or utils.HTML_PARSER is not _DEEP_PARSER:
+        _DEEP_PARSER = HTMLParser(collect_ids=False, default_doctype=False, encoding="utf-8", remove_comments=True,
+                                  remove_pis=True, huge_tree=True)   # trafilatura's options + huge_tree
+        utils.HTML_PARSER = _DEEP_PARSER
+
+
+_DEEP_PARSER = None
+
+
 def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
     """The main text of one page (boilerplate, navigation, scripts removed),
     paragraphs separated by newlines; ``""`` when none is found.
@@ -281,6 +302,7 @@ def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
         import trafilatura
 
         logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+        _trafilatura_deep_trees()
         out = trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False,
                                   with_metadata=False, output_format="txt")
         return (out or "").strip()

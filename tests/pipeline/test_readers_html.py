@@ -427,3 +427,12 @@ def test_an_uncompressed_warc_is_read_again_after_a_record_with_a_wrong_content_
         f"https://example.com/{i}" for i in range(4)]
     assert [json.loads(o.meta)["warc_offset"] for o in out if isinstance(o, Record)][2:] == [
         len(chunks[0]) + len(chunks[1]), sum(map(len, chunks[:3]))]
+
+
+def test_a_page_nested_past_256_levels_keeps_its_text():
+    # 300 unclosed <font> tags (old forum pages): libxml2 stopped the tree at
+    # depth 256 and trafilatura returned the title alone ("长江"), the page
+    # kept without its text
+    html = ("<html><body><article><h1>长江</h1>" + "<font color=red>" * 300 + f"<p>{ZH_1}</p><p>{ZH_2}</p>"
+            + "</article></body></html>")
+    assert H.extract_text(html) == f"长江\n{ZH_1}\n{ZH_2}"
