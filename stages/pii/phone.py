@@ -130,11 +130,18 @@ def _windows(candidate: str, offset: int, regions: tuple[str, ...]) -> list[Foun
     """Space-separated windows of a rejected candidate that are numbers,
     longest first, left to right, not overlapping."""
     bounds = [(g.start(), g.end()) for g in re.finditer(r"[^ ]+", candidate)]
+    # digits before each group: a window outside 8-15 digits is no number (accept
+    # would say so at the cost of a call; digit-dense tables have many windows)
+    before = [0]
+    for s, e in bounds:
+        before.append(before[-1] + sum(ch.isdigit() for ch in candidate[s:e]))
     out: list[Found] = []
     taken: list[tuple[int, int]] = []
     k = len(bounds)
     for size in range(k - 1, 0, -1):
         for i in range(0, k - size + 1):
+            if not 8 <= before[i + size] - before[i] <= 15:
+                continue
             start, end = bounds[i][0], bounds[i + size - 1][1]
             if any(start < e and s < end for s, e in taken):
                 continue

@@ -193,3 +193,18 @@ def test_retina_asset_names_and_git_ssh_urls_are_not_mail_addresses(tmp_path):
     [row] = _pii(tmp_path, text)
     assert row["text"] == ('<img src="logo@2x.png" srcset="icon@3x.webp 3x">; run `git clone git@github.com:org/repo.git`; '
                            "write to <EMAIL> or <EMAIL>")
+
+
+def test_phone_windows_of_a_digit_table_try_only_8_to_15_digit_runs(monkeypatch):
+    # a row of 2-digit cells: the 24-character candidate "12 34 56 78 90 12 34 56"
+    # fails whole; of its 28 sub-windows only the 14 holding 8-15 digits are
+    # worth a call to the validator (the others can never be numbers)
+    from stages.pii import phone
+
+    calls = []
+    real = phone.accept
+    monkeypatch.setattr(phone, "accept", lambda piece, regions: calls.append(piece) or real(piece, regions))
+    assert phone.find("12 34 56 78 90 12 34 56") == []
+    assert len(calls) == 1 + 14 and all(8 <= sum(c.isdigit() for c in piece) <= 15 for piece in calls[1:])
+    # a number inside such a row is still found by its window
+    assert [f.value for f in phone.find("编号 20 23 138 0013 8000")] == ["+8613800138000"]
