@@ -103,7 +103,8 @@ def test_a_document_repeating_a_gram_an_item_repeats_is_matched_without_blowing_
     # an item holding a run of 60 "哈" and one of 60 "the"; documents made of
     # 300 K "哈" and of 100 K "the" (junk pages are like that). Every document
     # gram was looked up with all 53 postings of the item: occurrences x
-    # postings triples (16 M here; 53 M, 14 s and 2.6 GB for 1 M characters).
+    # postings triples (16 M here; 53 M, 14 s and 2.6 GB for 1 M characters;
+    # now 0.3 s and ~30 MB: two occurrences per block, each once per item).
     import numpy as np
 
     from stages.decontaminate.evalsets import Item
