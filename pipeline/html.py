@@ -42,13 +42,14 @@ URL when there is one):
 * ``read.truncated_record``: a record (or gzip member) that ends before its
   ``Content-Length`` or end-of-stream marker.
 * ``read.corrupt_record``: a record that does not parse (bad gzip data, not a
-  WARC header); reading resumes at the next gzip member, so one bad record
-  never stops a file.
+  WARC header); reading resumes at the next gzip member (uncompressed: at the
+  next ``WARC/1.x`` line), so one bad record never stops a file.
 * ``read.undecodable_html``: no charset decodes the page (more than
   :data:`MAX_REPLACEMENT_FRACTION` of its characters would be U+FFFD).
 * ``read.empty_extraction``: the extractor found no main text.
 * ``read.extraction_error``: the extractor raised.
-* ``read.record_too_large``: a record (HTML bytes) above ``ingest.max_record_bytes``.
+* ``read.record_too_large``: a record (HTML bytes) above ``ingest.max_record_bytes``,
+  or a page longer than its extractor's :data:`EXTRACTOR_MAX_CHARS`.
 * ``read.record_error``: any other error on one record (named in the detail).
 
 Memory is O(one record): a gzip member is decompressed whole (up to
@@ -77,6 +78,14 @@ EXTRACTORS = ("trafilatura", "resiliparse")
 # at ~20x the speed (docs/inputs_html_warc.md, bench/html.py).
 DEFAULT_EXTRACTOR = "trafilatura"
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: Characters of HTML an extractor is given at most; a longer page is
+#: ``read.record_too_large``. trafilatura's time grows about as the square of
+#: the page: 2.2 MB 1.4 s, 4.4 MB 4.7 s, 8.9 MB 25 s, 20 MB ~100 s (measured on
+#: one core, pages of distinct paragraphs; docs/inputs_html_warc.md), so one
+#: 64 MB page would hold a worker for ~15 minutes. 4 Mi characters bounds a
+#: page to ~5 s; Common Crawl truncates payloads at 1 MiB. resiliparse is
+#: linear (17.8 MB in 0.6 s): no limit but ``ingest.max_record_bytes``.
+EXTRACTOR_MAX_CHARS = {"trafilatura": 4 << 20}
 # HTTP statuses whose body is a page (anything else: read.http_status).
 OK_STATUSES = frozenset({200})
 # Bytes scanned for <meta charset>: the WHATWG prescan reads 1,024; pages in
@@ -89,7 +98,7 @@ DETECT_BYTES = 65536
 # accepted, more is read.undecodable_html. Our own choice (browsers accept any).
 MAX_REPLACEMENT_FRACTION = 0.01
 
-_META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
+_META_CHARSET = re.compile(rb"<meta[^<>]*?charset\s*=\s*[\"']?\s*([A-Za-z0-9_.:-]+)", re.I)
 _MARKUP = re.compile(rb"<\s*(!doctype|html|head|body|meta|title|div|p|a|span|table|br)\b", re.I)
 _GZIP_MEMBER = b"\x1f\x8b\x08"
 # Compressed bytes fed to zlib at a time: bounds how far past a cut member's
@@ -103,7 +112,58 @@ _ALIASES = {
     "big5": ("big5hkscs", "cp950"), "big5hkscs": ("big5hkscs", "cp950"), "cp950": ("cp950", "big5hkscs"),
     "latin_1": ("cp1252",), "ascii": ("cp1252",), "cp1252": ("cp1252",),
 }
+# Python codecs that are no charset of a web page: UTF-7 (the HTML standard
+# forbids it: it smuggles markup past filters), the escape and IDNA
+# transforms (``unicode_escape`` turns a page's ``\\u0041`` into ``A``) and
+# ``undefined`` (raises on any byte). A label naming one is ignored.
+_NOT_PAGE_CODECS = frozenset({"utf-7", "unicode-escape", "raw-unicode-escape", "punycode", "idna", "undefined"})
 _BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
+
+
+class _Brotli:
+    """A ``Content-Encoding: br`` decoder in the shape warcio's readers call
+    (``decompress``, ``unused_data``, ``flush``): warcio sets ``unused_data``
+    on ``brotli.Decompressor`` itself, which the ``brotli`` package (1.1+)
+    refuses (AttributeError: every brotli page was ``read.corrupt_record``).
+    Output stops at ``limit`` bytes (set by the reader to
+    ``max_record_bytes + 1``): ``overflow`` is then set and the rest is
+    discarded, so a brotli bomb (a few KB inflating to GB) costs at most the
+    limit; warcio's own gzip path is bounded by deflate's 1032:1 ratio per
+    block."""
+
+    unused_data = None
+
+    def __init__(self) -> None:
+        import brotli
+
+        self._d = brotli.Decompressor()
+        self.limit = 1 << 30
+        self.out = 0
+        self.overflow = False
+
+    def decompress(self, data: bytes) -> bytes:
+        if self.overflow:
+            return b""
+        room = self.limit - self.out + 1
+        got = self._d.process(data, output_buffer_limit=room)[:room]   # the buffer may grow past room by a block
+        self.out += len(got)
+        if self.out > self.limit or not self._d.can_accept_more_data():
+            self.overflow = True
+        return got
+
+    def flush(self) -> bytes:
+        return b""
+
+
+def _use_our_brotli() -> None:
+    """Register :class:`_Brotli` for warcio's ``br`` content encoding."""
+    from warcio.bufferedreaders import BufferedReader
+
+    try:
+        import brotli  # noqa: F401
+    except ImportError:  # pragma: no cover - brotli absent: warcio leaves br undecoded
+        return
+    BufferedReader.DECOMPRESSORS["br"] = _Brotli
 
 
 class UndecodableHTML(ValueError):
@@ -112,7 +172,8 @@ class UndecodableHTML(ValueError):
 
 def codecs_for(label: str | None) -> tuple[str, ...]:
     """Python codecs for a charset label (``"GBK"``, ``"x-gbk"``, ``"utf8"``,
-    ``"Big5"``), in the order to try them; ``()`` for an unknown label."""
+    ``"Big5"``), in the order to try them; ``()`` for an unknown or invalid
+    label, or one naming a codec of :data:`_NOT_PAGE_CODECS`."""
     if not label:
         return ()
     label = label.strip().strip("\"'").lower()
@@ -120,7 +181,9 @@ def codecs_for(label: str | None) -> tuple[str, ...]:
         label = label[2:]
     try:
         name = codecs.lookup(label).name
-    except LookupError:
+    except (LookupError, ValueError):  # ValueError: a NUL in the label
+        return ()
+    if name in _NOT_PAGE_CODECS:
         return ()
     return _ALIASES.get({"iso8859-1": "latin_1"}.get(name, name), (name,))
 
@@ -201,6 +264,27 @@ def _detect(body: bytes) -> str | None:
     return best.encoding if best is not None else None
 
 
+def _trafilatura_deep_trees() -> None:
+    """Let trafilatura's parser build trees deeper than libxml2's default 256
+    levels: its ``HTML_PARSER`` (read by ``trafilatura.utils.load_html`` at
+    each call) with the same options plus ``huge_tree=True``. Without it, a
+    page with 255+ unclosed tags (old forum pages nest ``<font>`` without
+    closing it) parses to its first levels only: the text below them was
+    lost, the page kept with its title alone. Nothing else changes for a
+    page within the default limits."""
+    global _DEEP_PARSER
+    from lxml.html import HTMLParser
+    from trafilatura import utils
+
+    if _DEEP_PARSER is None or utils.HTML_PARSER is not _DEEP_PARSER:
+        _DEEP_PARSER = HTMLParser(collect_ids=False, default_doctype=False, encoding="utf-8", remove_comments=True,
+                                  remove_pis=True, huge_tree=True)   # trafilatura's options + huge_tree
+        utils.HTML_PARSER = _DEEP_PARSER
+
+
+_DEEP_PARSER = None
+
+
 def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
     """The main text of one page (boilerplate, navigation, scripts removed),
     paragraphs separated by newlines; ``""`` when none is found.
@@ -218,6 +302,7 @@ def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
         import trafilatura
 
         logging.getLogger("trafilatura").setLevel(logging.CRITICAL)
+        _trafilatura_deep_trees()
         out = trafilatura.extract(html, include_comments=False, include_tables=True, deduplicate=False,
                                   with_metadata=False, output_format="txt")
         return (out or "").strip()
@@ -233,6 +318,10 @@ def extract_text(html: str, extractor: str = DEFAULT_EXTRACTOR) -> str:
 def _page(html: str, meta: dict, file: str, line: int, offset: int, extractor: str,
           where: str) -> Record | Quarantined:
     """One decoded page as a record of its main text, or its quarantine entry."""
+    limit = EXTRACTOR_MAX_CHARS.get(extractor)
+    if limit is not None and len(html) > limit:
+        return Quarantined(file, line, offset, "read.record_too_large",
+                           f"{where}{len(html)} characters of HTML > {limit} ({extractor}'s limit)"[:200])
     try:
         text = extract_text(html, extractor)
     except Exception as exc:  # noqa: BLE001 - one page never stops a file
@@ -417,18 +506,23 @@ def _gzip_members(stream, max_bytes: int) -> Iterator[tuple[int, bytes | None, s
 
 
 def _warc_records(data, file: str, first_line: int, base_offset: int, max_bytes: int, extractor: str,
-                  member_offset: int | None = None) -> Iterator[tuple[int, Record | Quarantined | None]]:
+                  member_offset: int | None = None, starts: list[int] | None = None
+                  ) -> Iterator[tuple[int, Record | Quarantined | None]]:
     """``(records seen, item)`` for each record of a WARC/ARC byte stream
     (uncompressed: one gzip member's content, or a whole plain file); item
-    None for a record that is not a response. Raises what warcio raises on
-    data that is not a record (the caller quarantines it)."""
+    None for a record that is not a response. Each record's offset is
+    appended to ``starts`` when given. Raises what warcio raises on data
+    that is not a record (the caller quarantines it)."""
     from warcio.archiveiterator import ArchiveIterator
 
+    _use_our_brotli()
     # ARC records stay ARC (arc2warc would invent a random WARC-Record-ID: not deterministic)
     it = ArchiveIterator(data, arc2warc=False, check_digests=False)
     line = first_line
     for record in it:
         offset = base_offset + it.offset  # the record's start (get_record_offset() would read it to its end)
+        if starts is not None:
+            starts.append(offset)
         try:
             item = _warc_item(record, file, line, offset, max_bytes, extractor, member_offset)
         except Exception as exc:  # noqa: BLE001 - one record never stops a file
@@ -470,10 +564,14 @@ def _warc_item(record, file: str, line: int, offset: int, max_bytes: int, extrac
     if mime not in HTML_TYPES:
         return Quarantined(file, line, offset, "read.not_html", f"{where}Content-Type {ctype or 'missing'!r}"[:200])
     try:
-        body = record.content_stream().read(max_bytes + 1)
+        stream = record.content_stream()
+        decoder = getattr(stream, "decompressor", None)
+        if isinstance(decoder, _Brotli):
+            decoder.limit = max_bytes + 1
+        body = stream.read(max_bytes + 1)
     except Exception as exc:  # noqa: BLE001 - bad chunking/encoding in one record
         return Quarantined(file, line, offset, "read.corrupt_record", f"{where}{type(exc).__name__}: {exc}"[:200])
-    if len(body) > max_bytes:
+    if len(body) > max_bytes or isinstance(decoder, _Brotli) and decoder.overflow:
         return Quarantined(file, line, offset, "read.record_too_large", f"{where}> {max_bytes} bytes")
     left = getattr(record.raw_stream, "limit", 0)
     if left:
@@ -488,21 +586,30 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
     (``.warc.gz``, ``.arc.gz``: each member read on its own, a bad one
     quarantined and skipped, :func:`_gzip_members`) or uncompressed
     (``.warc``: streamed; a record cut short is ``read.truncated_record``, and
-    data that does not parse as a record ends the file with
-    ``read.corrupt_record``). Warcio's warnings on records whose length is
-    off go to stderr."""
+    data that does not parse as a record is one ``read.corrupt_record``, after
+    which reading resumes at the next ``WARC/1.x`` line past the last record
+    read, :func:`_next_warc_header`; a stream that cannot seek ends there).
+    Warcio's warnings on records whose length is off go to stderr."""
     with open_input(path, storage_options) as raw:
         stream = raw if hasattr(raw, "peek") else io.BufferedReader(raw, 1 << 20)
         line = 1
         if stream.peek(3)[:3] != _GZIP_MEMBER:
-            try:
-                for n, item in _warc_records(stream, file, line, 0, max_bytes, extractor):
-                    line += n
-                    if item is not None:
-                        yield item
-            except Exception as exc:  # noqa: BLE001 - what was read stays read
-                yield Quarantined(file, line, -1, "read.corrupt_record", f"{type(exc).__name__}: {exc}"[:200])
-            return
+            base = 0
+            while True:
+                starts = [base]  # the records' starts (warcio's are from tell()): a resync looks past the last
+                try:
+                    for n, item in _warc_records(stream, file, line, 0, max_bytes, extractor, starts=starts):
+                        line += n
+                        if item is not None:
+                            yield item
+                    return
+                except Exception as exc:  # noqa: BLE001 - what was read stays read
+                    yield Quarantined(file, line, -1, "read.corrupt_record", f"{type(exc).__name__}: {exc}"[:200])
+                    line += 1
+                base = _next_warc_header(stream, starts[-1] + 1) if stream.seekable() else None
+                if base is None:
+                    return
+                stream.seek(base)
         for offset, member, problem in _gzip_members(stream, max_bytes):
             if problem == "too_large":
                 # More than one record may hold: a whole file gzipped as one
@@ -528,6 +635,30 @@ def read_warc(path: str | Path, file: str, max_bytes: int, extractor: str,
                 line += 1
             if line == before:  # an empty member still takes a place, so later ordinals do not move
                 line += 1
+
+
+_WARC_HEADER = re.compile(rb"\n(WARC/1\.[01]\r?\n)")
+
+
+def _next_warc_header(raw, start: int, block: int = 1 << 20) -> int | None:
+    """The offset of the first ``WARC/1.0`` or ``WARC/1.1`` line at or after
+    ``start`` in the seekable binary stream ``raw`` (a line start), or None:
+    where an uncompressed WARC is read again after a record that does not
+    parse (a wrong ``Content-Length``, line ends rewritten by an editor).
+    Reads blocks of ``block`` bytes: O(bytes skipped)."""
+    at = start
+    raw.seek(max(start - 1, 0))
+    carry = b"\n" if start == 0 else raw.read(1)   # the byte before start: a header starts a line
+    while True:
+        data = raw.read(block)
+        if not data:
+            return None
+        window = carry + data
+        m = _WARC_HEADER.search(window)
+        if m is not None:
+            return at - len(carry) + m.start(1)
+        carry = window[-10:]
+        at += len(data)
 
 
 class _OneMember(io.RawIOBase):

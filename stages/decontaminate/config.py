@@ -125,4 +125,7 @@ class Config(StageConfig):
                 raise ValueError(f"decontaminate.eval_sets.{name}.label_fields: {stray} not in fields")
             if not name or "/" in name or ":" in name or "," in name:
                 raise ValueError(f"decontaminate.eval_sets.{name}: a name without '/', ':' or ','")
+            if name == "documents_hit":  # a tally key of its own (DecontaminateStage.tally)
+                raise ValueError(f"decontaminate.eval_sets.{name}: a reserved name (the tally's count of "
+                                 "documents hit); rename the eval set")
         return self

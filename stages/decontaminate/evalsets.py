@@ -15,6 +15,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -131,16 +132,24 @@ def read_table(eval_set: EvalSet) -> pa.Table:
             return pa.concat_tables(tables)
         opener = gzip.open if path.name.lower().endswith(".gz") else open
         rows: list[dict[str, Any]] = []
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
+        with opener(path, "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise EvalSetError(f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line)") from None
                 if not line.strip():
                     continue
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise EvalSetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    kind = {list: "array", str: "string", type(None): "null", bool: "boolean"}.get(type(row), "number")
+                    raise EvalSetError(f"{path}:{number}: a JSON {kind}, not an object (one record per line)")
+                rows.append(row)
         return _rows_table(rows)
-    except (OSError, pa.ArrowException, KeyError) as exc:
+    except (OSError, EOFError, pa.ArrowException, KeyError) as exc:
         raise EvalSetError(f"{path}: cannot read as {fmt} ({exc})") from None
 
 
@@ -152,8 +161,19 @@ def _rows_table(rows: list[dict[str, Any]]) -> pa.Table:
         for k in r:
             if k not in names:
                 names.append(k)
-    return pa.table({k: pa.array([json.dumps(r[k], ensure_ascii=False) if k in r else None for r in rows],
+    return pa.table({k: pa.array([_no_lone_surrogates(json.dumps(r[k], ensure_ascii=False)) if k in r else None
+                                  for r in rows],
                                  pa.string()) for k in names}).replace_schema_metadata({"json_columns": "1"})
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_lone_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate (a JSON ``"\\ud800"`` escape without
+    its pair, which no UTF-8 string can hold) as U+FFFD; both are separators
+    to the index (:mod:`stages.decontaminate.normalize`)."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
 
 
 def _text(value: Any) -> str:

@@ -4,7 +4,7 @@ ISO/IEC 7812-1: a card number is 8-19 digits ending in a Luhn (mod 10)
 check digit; its leading digits (the issuer identification number) name the
 scheme. Accepted (:func:`valid`): 13-19 digits, written in one run or in
 groups separated by single spaces or dashes (the printed 4-4-4-4, 4-4-4-4-3
-and Amex 4-6-5 layouts, or any groups of 3-6 digits), that pass Luhn AND
+and Amex 4-6-5 layouts: :data:`PRINTED_LAYOUTS`), that pass Luhn AND
 start with a prefix of a major scheme, with that scheme's lengths
 (:data:`ISSUERS`, from the schemes' published ranges as collected in the
 "Payment card number" IIN table, and UnionPay's own rules):
@@ -44,6 +44,14 @@ ISSUERS: tuple[tuple[int, int, int, frozenset[int]], ...] = (
     (65, 65, 2, frozenset(range(16, 20))),
 )
 
+#: How card numbers are printed in groups (or written in one run): fours with
+#: a last group of 1-4 (Visa 13 is 4-4-4-1, 19 digits 4-4-4-4-3), Amex 4-6-5,
+#: Diners 4-6-4. Any other grouping is cells of a table (``341 444 602 328
+#: 526``, ``3728 211 3278 8851``: 15 Luhn-and-prefix "cards" per 100 K
+#: characters of a random 3-digit table with groups of 3-6 allowed).
+PRINTED_LAYOUTS = frozenset({(4, 4, 4, 1), (4, 4, 4, 2), (4, 4, 4, 3), (4, 4, 4, 4), (4, 4, 4, 4, 1),
+                             (4, 4, 4, 4, 2), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4)})
+
 # 13+ characters of digits and separators (the lookahead skips short numbers
 # inside the regex engine), then a digit run and up to 5 more groups.
 _CANDIDATE = re.compile(r"(?<![\w.\-+/])(?=\d[\d \-]{12})\d{3,19}(?:[ \-]\d{1,6}){0,5}(?![\w\-]|[.:/]\d)",
@@ -75,12 +83,12 @@ def issuer_ok(digits: str) -> bool:
 
 def valid(written: str) -> bool:
     """Whether ``written`` (digits with single, uniform spaces or dashes) is
-    a card number: 13-19 digits, groups of 3-6 digits (ungrouped allowed),
-    the last group 1-6, Luhn and a known issuer."""
+    a card number: 13-19 digits, ungrouped or in a layout of
+    :data:`PRINTED_LAYOUTS`, Luhn and a known issuer."""
     if not _GROUPS.fullmatch(written):
         return False
     groups = re.split(r"[ \-]", written)
-    if len(groups) > 1 and any(not 3 <= len(g) <= 6 for g in groups[:-1]):
+    if len(groups) > 1 and tuple(map(len, groups)) not in PRINTED_LAYOUTS:
         return False
     digits = "".join(groups)
     return 13 <= len(digits) <= 19 and issuer_ok(digits) and luhn(digits)

@@ -15,8 +15,10 @@ Also kept: names whose last label is a systemd unit type or a configuration
 file suffix (:data:`NOT_MAIL_SUFFIXES`: ``getty@tty1.service``,
 ``user@1000.service``, ``journald@NAMESPACE.conf``): instance units and
 files with an ``@`` in their name, frequent in man pages (measured on
-``../shared/corpus``: docs/stages/pii.md). None of these is a top-level
-domain that mail is sent to.
+``../shared/corpus``: docs/stages/pii.md); and asset names (``image@2x.png``,
+the retina-image convention of iOS and the web). None of these is a top-level
+domain that mail is sent to. The local part ``git`` (:data:`SERVICE_LOCAL_PARTS`,
+``git clone git@github.com:org/repo.git``) is a host's SSH account, kept.
 
 Speed: the text is searched for ``@`` with ``str.find``; only there is the
 local part walked back and the domain matched (a regex that started at every
@@ -37,7 +39,15 @@ RESERVED_DOMAINS = ("example.com", "example.net", "example.org")
 RESERVED_TLDS = frozenset({"example", "test", "invalid", "localhost"})
 #: systemd unit types (systemd.unit(5)) and file suffixes seen after an "@".
 NOT_MAIL_SUFFIXES = frozenset({"service", "socket", "timer", "mount", "automount", "slice", "scope", "device",
-                               "swap", "path", "target", "conf", "journal"})
+                               "swap", "path", "target", "conf", "journal",
+                               # asset and file suffixes, none a delegated TLD (IANA root zone; .py, .md,
+                               # .pl, .sh, .zip, .mov ARE TLDs and stay out): image@2x.png, icon@3x.webp
+                               "png", "jpg", "jpeg", "gif", "webp", "svg", "ico", "bmp", "tiff", "avif", "heic",
+                               "css", "js", "json", "html", "htm", "xml", "yaml", "yml", "txt", "pdf", "ttf",
+                               "otf", "wav", "ogg", "webm"})
+#: Local parts of service accounts, not people: ``git@github.com:org/repo.git``
+#: (the SSH user of every git host) in clone commands.
+SERVICE_LOCAL_PARTS = frozenset({"git"})
 
 
 def reserved(domain: str) -> bool:
@@ -65,7 +75,7 @@ def find(text: str) -> list[Found]:
         m = _DOMAIN.match(text, at + 1) if start < at and text[at - 1] != "." else None
         if m is not None:
             domain = m.group(0).lower()
-            if not reserved(domain):
+            if not reserved(domain) and text[start:at].lower() not in SERVICE_LOCAL_PARTS:
                 out.append(Found(start, m.end(), text[start:at].lower() + "@" + domain))
             at = text.find("@", m.end())
         else:

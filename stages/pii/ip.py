@@ -24,7 +24,10 @@ Guards against what only looks like an address:
 * IPv6: only addresses of the global unicast block 2000::/3 (RFC 4291 section
   2.4, the only block IANA allocates from; its first group is 4 hex digits
   starting with 2 or 3), so ``a::b`` in a slice, ``dead::beef`` and C++
-  ``std::`` are never candidates.
+  ``std::`` are never candidates; a compressed address needs two groups
+  before ``::`` (registries allocate /32 and longer prefixes:
+  ``2001:4860::``, ``2a00:1450::``), so the Python/numpy slices
+  ``arr[2048::2]``, ``x[2024::2]`` in code quoted in prose are not addresses.
 
 Value: the address in ``ipaddress``'s compressed form. O(len(text)).
 """
@@ -66,6 +69,8 @@ def find(text: str) -> list[Found]:
     if "::" in text or text.count(":") >= 7:
         for m in _V6.finditer(text):
             written = m.group(0).rstrip(":") if not m.group(0).endswith("::") else m.group(0)
+            if "::" in written and ":" not in written.split("::", 1)[0]:
+                continue  # one group before "::": a slice (arr[2048::2]), not an allocated /32
             try:
                 address = ipaddress.IPv6Address(written)
             except ValueError:

@@ -52,9 +52,22 @@ _CANDIDATE = re.compile(
     r"\d[\d\- ()]{6,22}\d"           # digits with separators
     r"(?![\w\-]|[.:/]\d)",           # not followed by more of a word or number
     re.ASCII)
+#: How a CN mobile number is written in groups of digits (3-4-4 as MIIT
+#: prints it, 4-3-4 and 4-4-3 as people group it, 3-8, 7-4, or one run).
+#: Other groupings are columns of a table (``16 520 196 465``, ``13 353 526
+#: 502``: random 2-3 digit cells that add up to 11 digits starting 1[3-9];
+#: 41 such "phones" per 100 K characters of a random 3-digit table before).
+CN_MOBILE_GROUPS = frozenset({(11,), (3, 4, 4), (4, 3, 4), (4, 4, 3), (3, 8), (7, 4)})
 _REPEATED = re.compile(r"(\d)\1{6}")
 _SPLIT = re.compile(r"[ \-()+]+")
 _PARENS = re.compile(r"^(?:\+ ?\d{1,3} ?)?\(\+?\d{1,4}\)[ \-]?\d")
+
+
+def _cn_landline_groups(groups: tuple[int, ...]) -> bool:
+    """A CN landline in groups: one run, or an area code of 3-4 digits
+    (trunk ``0`` included) and a subscriber number of 7-8 digits in one run
+    or as 3-4, 4-3 or 4-4."""
+    return len(groups) == 1 or groups[0] in (3, 4) and groups[1:] in ((7,), (8,), (3, 4), (4, 3), (4, 4))
 
 
 def _shape_ok(candidate: str, national: bool) -> bool:
@@ -86,9 +99,10 @@ def accept(candidate: str, regions: tuple[str, ...]) -> str | None:
     else:
         if not 10 <= n <= 15 or not _shape_ok(candidate, national=True):
             return None
+        groups = tuple(len(g) for g in _SPLIT.split(candidate) if g)
         tries = tuple(r for r in regions if r != "CN" or (
-            (n == 11 and digits[0] == "1" and digits[1] in "3456789")
-            or (digits[0] == "0" and digits[1] != "0" and n <= 12)))
+            (n == 11 and digits[0] == "1" and digits[1] in "3456789" and groups in CN_MOBILE_GROUPS)
+            or (digits[0] == "0" and digits[1] != "0" and n <= 12 and _cn_landline_groups(groups))))
     for region in tries:
         try:
             number = phonenumbers.parse(candidate, region)
@@ -116,11 +130,18 @@ def _windows(candidate: str, offset: int, regions: tuple[str, ...]) -> list[Foun
     """Space-separated windows of a rejected candidate that are numbers,
     longest first, left to right, not overlapping."""
     bounds = [(g.start(), g.end()) for g in re.finditer(r"[^ ]+", candidate)]
+    # digits before each group: a window outside 8-15 digits is no number (accept
+    # would say so at the cost of a call; digit-dense tables have many windows)
+    before = [0]
+    for s, e in bounds:
+        before.append(before[-1] + sum(ch.isdigit() for ch in candidate[s:e]))
     out: list[Found] = []
     taken: list[tuple[int, int]] = []
     k = len(bounds)
     for size in range(k - 1, 0, -1):
         for i in range(0, k - size + 1):
+            if not 8 <= before[i + size] - before[i] <= 15:
+                continue
             start, end = bounds[i][0], bounds[i + size - 1][1]
             if any(start < e and s < end for s, e in taken):
                 continue

@@ -35,12 +35,10 @@ import re
 
 from stages.pii.found import Found
 
-_PEM = re.compile(
-    r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----"
-    # to the END line; without one, over the header and base64 lines (a blank
-    # line only before more base64)
-    r"(?:.*?-----END \1-----|(?:\r?\n(?:[A-Za-z0-9+/=]{16,}|[A-Za-z\-]+: [^\r\n]*|(?=\r?\n[A-Za-z0-9+/=]{16,})))+)",
-    re.DOTALL)
+_PEM_HEAD = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?)-----")
+# a block without its END line (cut text): the header and base64 lines (a
+# blank line only before more base64)
+_PEM_BODY = re.compile(r"(?:\r?\n(?:[A-Za-z0-9+/=]{16,}|[A-Za-z\-]+: [^\r\n]*|(?=\r?\n[A-Za-z0-9+/=]{16,})))+")
 _TOKENS = re.compile(
     r"(?<![A-Za-z0-9_\-])(?:"
     r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z2-7]{16}"
@@ -58,9 +56,35 @@ def find(text: str) -> list[Found]:
     """Private key blocks and API tokens in ``text`` (value: the matched text)."""
     out: list[Found] = []
     if "PRIVATE KEY" in text:
-        out.extend(Found(m.start(), m.end(), m.group(0)) for m in _PEM.finditer(text))
+        out.extend(_pem_blocks(text))
     if any(p in text for p in _PREFIXES):
         for m in _TOKENS.finditer(text):
             if not m.group(0).endswith("EXAMPLE"):
                 out.append(Found(m.start(), m.end(), m.group(0)))
+    return out
+
+
+def _pem_blocks(text: str) -> list[Found]:
+    """PEM blocks: each header to the first END line of its label after it,
+    else over its base64 lines. The END position found for a label is kept
+    (and "none" is final), so many headers without an END line cost
+    O(len(text)) in all, not a scan to the end of the text per header."""
+    out: list[Found] = []
+    next_end: dict[str, int] = {}
+    pos = 0
+    while (m := _PEM_HEAD.search(text, pos)) is not None:
+        marker = f"-----END {m.group(1)}-----"
+        at = next_end.get(marker)
+        if at is None or at != -1 and at < m.end():
+            at = next_end[marker] = text.find(marker, m.end())
+        if at != -1:
+            stop = at + len(marker)
+        else:
+            body = _PEM_BODY.match(text, m.end())
+            stop = body.end() if body is not None else -1
+        if stop == -1:
+            pos = m.start() + 1
+            continue
+        out.append(Found(m.start(), stop, text[m.start():stop]))
+        pos = stop
     return out

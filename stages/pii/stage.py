@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -11,6 +12,14 @@ import pyarrow.compute as pc
 from stages.base import Column, Stage, with_decision
 from stages.pii import bank_card, email, ip, phone, redact, resident_id, secrets
 from stages.pii.config import ALL_TYPES, NUMBER_TYPES, Config
+
+#: Full-width forms (U+FF08-FF19, U+FF38, U+FF58) of the characters the number
+#: detectors read, each mapped to its ASCII form: one code point for one, so
+#: the spans found in the mapped copy are the spans of the text. Chinese text
+#: typed with a full-width IME writes ``身份证号：１１０１０５…``, ``（０１０）６５５２ １２３４``.
+FULLWIDTH = {**{0xFF10 + d: 0x30 + d for d in range(10)}, 0xFF08: ord("("), 0xFF09: ord(")"), 0xFF0B: ord("+"),
+             0xFF0D: ord("-"), 0xFF38: ord("X"), 0xFF58: ord("x")}
+_FULLWIDTH_RE = re.compile("[\uff10-\uff19]")
 
 EDIT_TYPE = pa.struct([("type", pa.string()), ("start", pa.int32()), ("end", pa.int32()),
                        ("replacement", pa.string())])
@@ -31,7 +40,9 @@ class PiiStage(Stage):
     Columns: ``pii_count`` (int32), ``pii_types`` (string, ``"email:1,phone:2"``,
     types sorted, null when none), ``pii_edits`` (list of ``{type, start,
     end, replacement}``, start/end int32 code-point offsets in the text the
-    stage received; empty when none). Cost: O(len(text)) per document, no
+    stage received; empty when none). Full-width digits are searched as
+    their ASCII forms (:data:`FULLWIDTH`; values and hash tokens are those of
+    the ASCII number). Cost: O(len(text)) per document, no
     state across documents (row-independent).
     """
 
@@ -98,8 +109,9 @@ class PiiStage(Stage):
         changed = False
         for row, (text, hint) in enumerate(zip(texts, hints)):
             numbers = hint not in skip
+            probe = text.translate(FULLWIDTH) if _FULLWIDTH_RE.search(text) else text
             found = {kind: hits for kind, find in detectors
-                     if (numbers or kind not in NUMBER_TYPES) and (hits := find(text))}
+                     if (numbers or kind not in NUMBER_TYPES) and (hits := find(probe))}
             if not found:
                 counts.append(0)
                 kinds.append(None)

@@ -317,3 +317,122 @@ def test_build_from_a_warc_to_mindrecord_with_the_url_in_lineage(tmp_path):
     meta = json.loads(rows[doc_ids[0]][1]["meta"])
     assert explained["page"]["url"] == meta["url"] and explained["page"]["warc_record_id"] == meta["warc_record_id"]
     assert f"page {meta['url']}" in format_explanation(explained).splitlines()[1]
+
+
+def test_invalid_and_hostile_charset_labels_are_ignored(tmp_path):
+    # a NUL in the label (codecs.lookup raised ValueError: read.record_error),
+    # "undefined"/"punycode" (raise on decode), UTF-7 and unicode_escape
+    # (decode ASCII pages into other text): each label is ignored, the page
+    # decodes as UTF-8 by detection or fallback, its text unchanged
+    body = _page("C++", ["Use C++ +ADw-script+AD4- and write \\u0041 in strings, says the river guide."]).encode()
+    for label in ("x-foo\x00", "undefined", "punycode", "utf-7", "unicode_escape", "raw-unicode-escape"):
+        assert H.codecs_for(label) == ()
+        text, codec, source, replaced = H.decode_html(body, label)
+        assert (text, replaced) == (body.decode(), 0) and source != "http", label
+    assert H.codecs_for("GBK") == ("gb18030",)
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    _response(w, "http://example.com/nul", body, "text/html; charset=x-foo\x00bar")
+    path = tmp_path / "nul.warc.gz"
+    path.write_bytes(buf.getvalue())
+    [rec] = _read(path)
+    assert isinstance(rec, Record) and "Use C++ +ADw-script+AD4- and write \\u0041" in rec.text
+
+
+def test_a_page_too_long_for_trafilatura_is_quarantined_not_extracted_for_minutes(tmp_path):
+    # 9 MB of distinct paragraphs: trafilatura took ~25 s on it (its time
+    # grows as the square of the page); now read.record_too_large at once,
+    # while resiliparse (linear) still extracts it
+    paragraphs = [f"{EN_1} Paragraph {i}." for i in range(90_000)]
+    body = _page("Long", paragraphs).encode()
+    assert len(body) > H.EXTRACTOR_MAX_CHARS["trafilatura"]
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    _response(w, "http://example.com/long", body, "text/html; charset=utf-8")
+    path = tmp_path / "long.warc.gz"
+    path.write_bytes(buf.getvalue())
+    [q] = list(read_file(path, path.name, "warc", "text", "file", 64 << 20, None, None, "trafilatura"))
+    assert isinstance(q, Quarantined) and q.reason == "read.record_too_large"
+    assert f"{len(body)} characters of HTML > {4 << 20} (trafilatura's limit)" in q.detail
+    [rec] = list(read_file(path, path.name, "warc", "text", "file", 64 << 20, None, None, "resiliparse"))
+    assert isinstance(rec, Record) and "Paragraph 89999." in rec.text
+
+
+def test_brotli_content_encoding_is_decoded_and_a_brotli_bomb_stops_at_the_limit(tmp_path):
+    # Browser-made WARCs (browsertrix, webrecorder) keep "Content-Encoding: br"
+    # bodies. warcio's br decoder set an attribute that brotli 1.1+ refuses:
+    # every such page was read.corrupt_record (AttributeError)
+    import brotli
+
+    page = _page("The river", [EN_1, EN_2]).encode()
+    bomb = brotli.compress(b"<p>" + b"a" * (50 << 20) + b"</p>", quality=5)    # 99 bytes -> 50 MB
+    assert len(bomb) < 200
+    buf = io.BytesIO()
+    w = WARCWriter(buf, gzip=True)
+    for url, body in (("https://example.com/br", brotli.compress(page)), ("https://example.com/bomb", bomb)):
+        http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "br")],
+                                protocol="HTTP/1.1")
+        w.write_record(w.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=http))
+    path = tmp_path / "br.warc.gz"
+    path.write_bytes(buf.getvalue())
+    rec, q = _read(path)                                                 # max_bytes: 1 MiB
+    assert isinstance(rec, Record) and rec.text == f"The river\n{EN_1}\n{EN_2}"
+    assert json.loads(rec.meta)["url"] == "https://example.com/br"
+    assert isinstance(q, Quarantined) and q.reason == "read.record_too_large"
+    assert q.detail == "https://example.com/bomb: > 1048576 bytes"
+    # the work: the decoder stops one byte past the limit, not at 50 MB
+    decoder = H._Brotli()
+    decoder.limit = 1 << 20
+    assert len(decoder.decompress(bomb)) == (1 << 20) + 1 and decoder.overflow
+    assert decoder.decompress(b"more") == b""
+
+
+def test_meta_charset_after_thousands_of_unclosed_meta_fragments():
+    # 2,500 "<meta " without ">" in the first 16 KB: the lazy [^>]*? scan ran
+    # from each to the end of the window (0.7 s per page, quadratic); it now
+    # stops at the next "<" (0.1 ms). The charset after them is still found.
+    head = b"<html><head>" + b"<meta " * 2500 + b'<meta charset="gbk"><title>t</title></head>'
+    assert len(head) < H.META_SCAN_BYTES
+    assert H.meta_charset(head) == "gbk"
+    body = head + _page("长江", [ZH_1]).encode("gbk")
+    text, codec, source, replaced = H.decode_html(body)
+    assert (codec, source, replaced) == ("gb18030", "meta", 0) and ZH_1 in text
+    assert H.meta_charset(b'<meta http-equiv="Content-Type" content="text/html; charset=big5">') == "big5"
+
+
+def test_an_uncompressed_warc_is_read_again_after_a_record_with_a_wrong_content_length(tmp_path):
+    # record 2 says 10 bytes more than it holds: warcio reads into record 3's
+    # header and fails there. Before, that ended the file (records 3 and 4
+    # lost behind one read.corrupt_record); now the reader finds the next
+    # "WARC/1.x" line and goes on, as the gzip path does per member.
+    import re
+
+    chunks = []
+    for i in range(4):
+        buf = io.BytesIO()
+        _response(WARCWriter(buf, gzip=False), f"https://example.com/{i}", _page(f"Page {i}", [EN_1, EN_2]).encode(),
+                  "text/html; charset=utf-8")
+        data = buf.getvalue()
+        if i == 1:
+            n = int(re.search(rb"Content-Length: (\d+)", data).group(1))
+            data = data.replace(b"Content-Length: %d" % n, b"Content-Length: %d" % (n + 10), 1)
+        chunks.append(data)
+    path = tmp_path / "off.warc"
+    path.write_bytes(b"".join(chunks))
+    out = _read(path)
+    assert [(type(o).__name__, o.line) for o in out] == [("Record", 1), ("Record", 2), ("Quarantined", 3),
+                                                          ("Record", 4), ("Record", 5)]
+    assert out[2].reason == "read.corrupt_record"
+    assert [json.loads(o.meta)["url"] for o in out if isinstance(o, Record)] == [
+        f"https://example.com/{i}" for i in range(4)]
+    assert [json.loads(o.meta)["warc_offset"] for o in out if isinstance(o, Record)][2:] == [
+        len(chunks[0]) + len(chunks[1]), sum(map(len, chunks[:3]))]
+
+
+def test_a_page_nested_past_256_levels_keeps_its_text():
+    # 300 unclosed <font> tags (old forum pages): libxml2 stopped the tree at
+    # depth 256 and trafilatura returned the title alone ("长江"), the page
+    # kept without its text
+    html = ("<html><body><article><h1>长江</h1>" + "<font color=red>" * 300 + f"<p>{ZH_1}</p><p>{ZH_2}</p>"
+            + "</article></body></html>")
+    assert H.extract_text(html) == f"长江\n{ZH_1}\n{ZH_2}"

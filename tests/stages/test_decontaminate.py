@@ -340,7 +340,7 @@ def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(data))
     result = build("v1", tmp_path / "c.yaml", tmp_path / "corpora", log=lambda m: None)
     m = result.manifest
-    assert m["stage_order"] == ["langid", "decontaminate", "tokenize", "mixture"]
+    assert m["stage_order"] == ["langid", "decontaminate", "pii", "tokenize", "mixture"]
     assert m["stages"]["decontaminate"]["totals"]["dropped"] == {REASON_OVERLAP: 2}
     assert m["stages"]["decontaminate"]["totals"]["kept"] == 20
     fit = m["stages"]["decontaminate"]["fit"]
