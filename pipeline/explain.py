@@ -94,9 +94,38 @@ def find_document(version_dir: Path, doc_id: str, manifest: dict[str, Any]) -> t
     """
     found = find_documents(version_dir, [doc_id], manifest)
     if doc_id not in found:
+        entry = find_quarantined(version_dir, doc_id)
+        if entry is not None:
+            raise UnknownDocumentError(
+                f"{doc_id!r} was quarantined at ingest: {entry.get('reason')}"
+                + (f" ({entry['detail']})" if entry.get("detail") else "")
+                + f"; it never reached a stage (quarantine.jsonl of {version_dir.name})")
         raise UnknownDocumentError(f"{doc_id!r} is in no table of {version_dir.name}: not kept (documents/) and not "
                                    f"dropped by any stage (decisions/<stage>/); ids are '<source>:<file>:<line>'")
     return found[doc_id]
+
+
+def find_quarantined(version_dir: Path, doc_id: str) -> dict[str, Any] | None:
+    """The version's quarantine entry (``quarantine.jsonl``: ``source``,
+    ``file``, ``line``, ``reason``, ``detail`` ...) of the input record whose
+    id would be ``doc_id`` (``<source>:<file>:<line>``), or None.
+
+    A streaming scan of the file: O(quarantined records), read only when an id
+    is in no table (the quarantine is a small share of a corpus)."""
+    import json
+
+    path = Path(version_dir) / layout.QUARANTINE
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and f"{entry.get('source')}:{entry.get('file')}:{entry.get('line')}" == doc_id:
+                return entry
+    return None
 
 
 def _margin(value: Any, limit: Any, bound: str) -> float | None:

@@ -115,6 +115,11 @@ def test_version_layout_and_accounting(tiny):
     assert acc["quarantined"] == 1 and m["quarantine"] == {"read.invalid_json": 1}
     q = [json.loads(x) for x in (vdir / "quarantine.jsonl").read_text().splitlines()]
     assert q[0]["line"] == 302 and q[0]["reason"] == "read.invalid_json"
+    # explain names the quarantine of a record that never reached a stage
+    from pipeline.explain import UnknownDocumentError, explain_document
+
+    with pytest.raises(UnknownDocumentError, match=r"quarantined at ingest: read\.invalid_json"):
+        explain_document(vdir, f"web:{q[0]['file']}:302")
     # Every readable input record, by the id its file and line give, is in exactly one
     # place: documents/ (kept) or one stage's decisions/ (dropped).
     data = (tiny["root"] / "data").resolve()

@@ -143,7 +143,7 @@ def read_table(eval_set: EvalSet) -> pa.Table:
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise EvalSetError(f"{path}:{number}: not JSON ({exc.msg})") from None
+                    raise EvalSetError(f"{path}:{number}: not JSON ({exc.msg} at column {exc.colno})") from None
                 if not isinstance(row, dict):
                     kind = {list: "array", str: "string", type(None): "null", bool: "boolean"}.get(type(row), "number")
                     raise EvalSetError(f"{path}:{number}: a JSON {kind}, not an object (one record per line)")
