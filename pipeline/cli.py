@@ -224,6 +224,9 @@ def inspect(
     reason: Annotated[str | None, typer.Option(help="only drops with this reason code")] = None,
     n: Annotated[int, typer.Option("-n", help="number of examples")] = 10,
     kept: Annotated[bool, typer.Option("--kept", help="examples of kept documents")] = False,
+    where: Annotated[str | None, typer.Option(help="only documents whose column WHERE is set (non-zero, "
+                                                   "non-empty), e.g. --kept --where decontaminate_hits or "
+                                                   "pii_count: what a stage annotated or edited")] = None,
     seed: Annotated[int, typer.Option(help="sample seed")] = 0,
     chars: Annotated[int, typer.Option(help="characters of text shown per example")] = 400,
     model_params: PlanParams = 7e9,
@@ -255,7 +258,7 @@ def inspect(
         from pipeline.examples import format_examples, sample_examples
 
         try:
-            rows = sample_examples(vdir, stage, reason, n, kept, seed)
+            rows = sample_examples(vdir, stage, reason, n, kept, seed, where)
         except ValueError as exc:
             _error(visible(exc))
             raise typer.Exit(2) from None

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -25,7 +26,7 @@ BASE_SHOWN = ("id", "source", "reason", "chars")
 
 
 def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n: int = 10,
-                    kept: bool = False, seed: int = 0) -> list[dict[str, Any]]:
+                    kept: bool = False, seed: int = 0, where: str | None = None) -> list[dict[str, Any]]:
     """Up to ``n`` random documents that ``stage`` dropped (or, with ``kept``,
     that the version kept), with their text and ``stage``'s measurements.
 
@@ -38,6 +39,11 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
             with ``kept``.
         n: how many examples (fewer when fewer match), n >= 1.
         kept: sample the kept documents (``documents.parquet``) instead.
+        where: only documents whose column ``where`` (one of the table's
+            columns, e.g. ``decontaminate_hits``, ``pii_count``,
+            ``pii_edits``) is set: a number other than 0, a non-empty string
+            or list; the documents a stage annotated or edited without
+            dropping them.
         seed: the sample is the ``n`` documents with the smallest
             ``blake2b(f"{seed}:{id}")`` (:func:`common.hashing.sample_rank`),
             so the same seed gives the same examples whatever the file order,
@@ -51,7 +57,7 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
         ValueError: ``n`` < 1; ``reason`` with ``kept``; no decisions file
             for ``stage`` (the message lists the stages that have one); a
             ``reason`` that ``stage`` never gave (the message lists the reasons
-            with their counts).
+            with their counts); a ``where`` column the table does not have.
     """
     import heapq
 
@@ -77,12 +83,17 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
     stage_columns = [c for c in schema.names if c.startswith(prefix)]
     if kept and not stage_columns:
         raise ValueError(f"documents have no {prefix}* columns: unknown stage {stage!r}")
+    if where is not None and where not in schema.names:
+        raise ValueError(f"--where {where}: no such column in {'documents' if kept else f'decisions of {stage}'} "
+                         f"(columns of {stage}: {', '.join(stage_columns) or 'none'})")
     wanted = [c for c in (*BASE_SHOWN, "text") if c in schema.names] + stage_columns
     best: list[tuple[bytes, str, int]] = []  # max-heap of the n smallest ranks: (-rank, id, part)
     reasons: dict[str, int] = {}
     for number, path in enumerate(parts):
-        cols = ["id"] + (["reason"] if "reason" in schema.names else [])
+        cols = ["id"] + (["reason"] if "reason" in schema.names else []) + ([where] if where else [])
         table = pq.read_table(path, columns=cols)
+        if where is not None:
+            table = table.filter(_is_set(table[where]))
         if "reason" in cols:
             for c in table["reason"].value_counts().to_pylist():
                 reasons[c["values"]] = reasons.get(c["values"], 0) + c["counts"]
@@ -111,6 +122,20 @@ def sample_examples(version_dir: Path, stage: str, reason: str | None = None, n:
     for row in rows:
         row.setdefault("reason", None)
     return rows
+
+
+def _is_set(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """True where a value is set: not null and not 0, "" or an empty list."""
+    t = column.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        mask = pc.greater(pc.list_value_length(column), 0)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        mask = pc.greater(pc.utf8_length(column), 0)
+    elif pa.types.is_boolean(t):
+        mask = column
+    else:
+        mask = pc.not_equal(column, 0)
+    return pc.fill_null(mask, False)
 
 
 def _short(value: Any) -> str:

@@ -260,6 +260,14 @@ def test_a_build_edits_text_and_documents_carry_the_edits(tmp_path):
     assert {k: v for k, v in tally.items() if k != "documents_edited"} == dict(edits)
     assert tally["documents_edited"] == sum(1 for d in docs if d["pii_edits"])
     assert m["stages"]["pii"]["per_source"]["web"]["tally"] == tally
+    # inspect --stage pii --kept --where pii_edits: the edited documents, and only them
+    from pipeline.examples import sample_examples
+
+    shown = sample_examples(result.version_dir, "pii", n=10, kept=True, where="pii_edits")
+    assert sorted(r["id"] for r in shown) == sorted([first["id"], second["id"]])
+    assert len(sample_examples(result.version_dir, "pii", n=50, kept=True, where="pii_count")) == 2
+    with pytest.raises(ValueError, match="--where pii_nothing: no such column"):
+        sample_examples(result.version_dir, "pii", kept=True, where="pii_nothing")
 
 
 def test_the_sample_forum_posts_answer_key(tmp_path):
