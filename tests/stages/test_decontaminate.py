@@ -16,7 +16,7 @@ from stages.base import Partitions, StageContext
 from stages.decontaminate import Config, DecontaminateStage, REASON_EMPTY, REASON_OVERLAP
 from stages.decontaminate.index import Index, load_or_build
 from stages.decontaminate.match import find_hits
-from stages.decontaminate.normalize import units
+from stages.decontaminate.normalize import traditional_fold_table, units
 
 # Eval items in the style of GSM8K and C-Eval (own writing).
 GSM = [
@@ -162,6 +162,30 @@ def test_planted_items_are_found_with_their_id_and_span(tmp_path):
         stripped_end = start + len(planted.rstrip("！。？.!?＃#）) \n"))
         assert (spans[0]["start"], spans[0]["end"]) == (start, stripped_end), name
         assert spans[0]["coverage"] >= 0.6, name
+
+
+def test_a_traditional_copy_is_hit_over_its_whole_span_and_simplified_text_is_unchanged(tmp_path):
+    opencc = pytest.importorskip("opencc")
+    traditional = opencc.OpenCC("s2t").convert(CEVAL_Q)
+    assert traditional.startswith("下列說法正確的是：在標準大氣壓下，純水的沸點爲一百攝氏度")
+    assert len(traditional) == len(CEVAL_Q) and sum(a != b for a, b in zip(traditional, CEVAL_Q)) == 20
+    host_b = opencc.OpenCC("s2t").convert(ZH_HOST_B)  # a Traditional document around it
+    text = ZH_HOST_A + traditional + host_b
+    # one code point in, one out: the units of the Traditional copy hash as the Simplified item's
+    assert units(traditional)[0].tolist() == units(CEVAL_Q)[0].tolist()
+    assert units(traditional)[1].tolist() == units(CEVAL_Q)[1].tolist()
+    table = traditional_fold_table()
+    assert traditional.translate(table) == CEVAL_Q
+    for simplified in (ZH_HOST_A, ZH_HOST_B, CEVAL_Q, CEVAL[1]["question"]):
+        assert simplified.translate(table) == simplified
+    _, out = _run(tmp_path, [text, ZH_HOST_A + host_b], mode="cut", cut_margin=0, min_chars_after_cut=20)
+    start = text.index(traditional)
+    assert out["decontaminate_spans"][0].as_py()[0]["item"] == "ceval-7"
+    assert out["decontaminate_spans"][0].as_py()[0]["coverage"] == 1.0
+    assert (out["decontaminate_spans"][0].as_py()[0]["start"], out["decontaminate_spans"][0].as_py()[0]["end"]) == (
+        start, start + len(traditional))
+    assert out["text"].to_pylist() == [ZH_HOST_A + host_b, ZH_HOST_A + host_b]  # the whole copy cut
+    assert out["decontaminate_hits"].to_pylist() == [1, 0]
 
 
 def test_common_phrases_and_other_items_are_not_hits(tmp_path):
