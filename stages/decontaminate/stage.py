@@ -23,7 +23,7 @@ REASON_EMPTY = "decontaminate.empty_after_cut"
 INDEX_DIR = "index"
 BASE_DIR = "base"
 SPAN_TYPE = pa.list_(pa.struct([("eval_set", pa.string()), ("item", pa.string()), ("start", pa.int32()),
-                                ("end", pa.int32()), ("coverage", pa.float32())]))
+                                ("end", pa.int32()), ("coverage", pa.float32()), ("rule", pa.string())]))
 
 _LOADED: dict[str, tuple[int, Index, list[int]]] = {}
 
@@ -73,9 +73,11 @@ class DecontaminateStage(Stage):
     ``decontaminate_items`` (string ``"gsm8k:17,ceval:3"``: the matched
     ``<eval_set>:<item id>``, distinct, sorted; null when none),
     ``decontaminate_spans`` (list of struct ``eval_set, item, start, end,
-    coverage``: each hit, code points of the text the stage received, end
-    exclusive), ``decontaminate_cut_chars`` (int32: characters removed in
-    ``cut`` mode, else 0). Reasons: ``decontaminate.benchmark_overlap``
+    coverage, rule``: each hit, code points of the text the stage received,
+    end exclusive, and the rule that made it a hit: ``item_coverage``,
+    ``field_coverage`` or ``matched_units``, :mod:`stages.decontaminate.match`),
+    ``decontaminate_cut_chars`` (int32: characters removed in ``cut`` mode,
+    else 0). Reasons: ``decontaminate.benchmark_overlap``
     (``drop``), ``decontaminate.empty_after_cut`` (``cut`` left fewer than
     ``min_chars_after_cut`` non-space characters; the text is kept as it was).
     """
@@ -89,9 +91,11 @@ class DecontaminateStage(Stage):
         "decontaminate_items": Column("string", "matched eval items, '<eval_set>:<item id>' sorted and "
                                       "comma-joined; null when none", lineage=True),
         "decontaminate_spans": Column(
-            "list<item: struct<eval_set: string, item: string, start: int32, end: int32, coverage: float>>",
+            "list<item: struct<eval_set: string, item: string, start: int32, end: int32, coverage: float, "
+            "rule: string>>",
             "each hit: eval set, item id, start/end code points (end exclusive) in the text the stage "
-            "received, coverage (share of the item or field matched)"),
+            "received, coverage (share of the item or field matched), rule (item_coverage, field_coverage "
+            "or matched_units: which rule made it a hit)"),
         "decontaminate_cut_chars": Column("int32", "characters removed in cut mode (0 otherwise)"),
     }
     tally_columns = ("decontaminate_spans",)
@@ -241,7 +245,7 @@ class DecontaminateStage(Stage):
                 hits_col.append(len(names))
                 items_col.append(",".join(names))
                 spans_col.append([{"eval_set": h.eval_set, "item": h.item, "start": h.start, "end": h.end,
-                                   "coverage": h.coverage} for h in hits])
+                                   "coverage": h.coverage, "rule": h.rule} for h in hits])
                 if config.mode == "drop":
                     reason = REASON_OVERLAP
                 elif config.mode == "cut":
