@@ -143,16 +143,19 @@ class DecontaminateStage(Stage):
 
     @classmethod
     def effective_settings(cls, config: Config) -> dict[str, Any]:
-        """The index's cache key and format/normalisation versions (the key
-        covers every eval file's sha256, so an edited eval set, even a saved
-        HF directory, re-runs the stage)."""
+        """The index's cache key as ``index_digest`` (a sha256 hex; not named
+        ``*_key``, which ``pipeline.redact`` publishes as a credential) and
+        the format/normalisation versions (the digest covers every eval
+        file's sha256, so an edited eval set, even a saved HF directory,
+        re-runs the stage)."""
         if not config.enabled:
             return {}
         try:
             key = cache_key(config, digests(config))
         except (OSError, evalsets.EvalSetError) as exc:
             key = f"unreadable: {exc}"
-        return {"index_key": key, "index_format": INDEX_FORMAT_VERSION, "normalization": NORMALIZATION_VERSION}
+        return {"index_digest": key, "index_format": INDEX_FORMAT_VERSION,
+                "normalization": NORMALIZATION_VERSION}
 
     def fit(self, partitions: Partitions) -> FitResult:
         """Load (or build and cache) the index, count its grams' document
@@ -160,7 +163,8 @@ class DecontaminateStage(Stage):
         the corpus-common grams to ``work_dir/index``.
 
         Returns:
-            Facts: cache key and whether it was reused, unit hash, gram
+            Facts: the cache key (``index_digest``) and whether it was
+            reused (``index_reused``), unit hash, gram
             lengths, per eval set items / CJK items / too-short items, grams,
             template grams, the corpus sample (partitions, documents, rate)
             and the corpus-common grams left out.
@@ -198,7 +202,7 @@ class DecontaminateStage(Stage):
                                   | (index.coverable == 0))[index.item_set == s].sum())
                        for s, name in enumerate(index.set_names)}
         facts = {
-            "index_key": key, "index_reused": reused, "index_format": INDEX_FORMAT_VERSION,
+            "index_digest": key, "index_reused": reused, "index_format": INDEX_FORMAT_VERSION,
             "normalization": NORMALIZATION_VERSION, "unit_hash": UNIT_HASH_NAME,
             "mode": config.mode, "ngram_words": config.ngram_words, "ngram_cjk": config.ngram_cjk,
             "gram_lengths": index.gram_lengths, "min_coverage": config.min_coverage,

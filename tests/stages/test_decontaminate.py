@@ -340,7 +340,7 @@ def test_cache_is_reused_and_rebuilt_when_an_eval_file_changes(tmp_path):
     third, key3, reused3 = load_or_build(config, tmp_path / "cache")
     assert key3 != key1 and not reused3
     assert third.item_ids == ["ceval-7", "ceval-8", "ceval-9", "gsm-1", "gsm-2"]
-    assert DecontaminateStage.effective_settings(config)["index_key"] == key3 != settings1["index_key"]
+    assert DecontaminateStage.effective_settings(config)["index_digest"] == key3 != settings1["index_digest"]
     assert sorted(p.name for p in (tmp_path / "cache" / "decontaminate").iterdir()) == sorted([key1, key3])
 
 
@@ -424,6 +424,10 @@ def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
     assert m["stages"]["decontaminate"]["totals"]["kept"] == 20
     fit = m["stages"]["decontaminate"]["fit"]
     assert fit["items"] == {"ceval": 3, "gsm8k": 3} and fit["corpus_sample"]["documents"] == 22
+    # the index digest is published (a name with "key" in it was redacted as a credential)
+    digest = m["stages"]["decontaminate"]["settings"]["index_digest"]
+    assert fit["index_digest"] == digest and len(digest) == 64 and int(digest, 16) >= 0
+    assert "<redacted>" not in json.dumps(m["stages"]["decontaminate"])
     # cut mode in a build: the layer's edited text passes the executor's checks, and the
     # characters fall by exactly the two quotes (from the first to the last letter/digit;
     # the stage's counts are after its edits, so compare with the drop build's input)
