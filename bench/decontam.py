@@ -368,6 +368,7 @@ def run(out_dir: Path, part: str = "heldout", eval_root: Path = REPO_ROOT, tune:
             "kinds": dict(Counter(d["kind"] for d in docs)),
             "config": {"ngram_words": defaults.ngram_words, "ngram_cjk": defaults.ngram_cjk,
                        "min_coverage": defaults.min_coverage, "min_field_units": defaults.min_field_units,
+                       "min_field_grams": defaults.min_field_grams,
                        "min_matched_units": defaults.min_matched_units},
             "index": {k: facts[k] for k in ("items", "cjk_items", "too_short", "distinct_grams", "template_grams",
                                             "corpus_common_grams", "unmatchable_items")},

@@ -6,11 +6,22 @@ triple (document unit j, item g, item unit p). Per item, the triples are
 split into *clusters* of document positions no more than
 ``2 * gram length`` units apart (one changed word breaks the grams that hold
 it, a gap of n + 1 positions; two quotes of an item far apart are two
-clusters). A cluster is a hit when the item units its grams cover reach
-``min_coverage`` of the item's coverable units, or of one field's coverable
-units when that field has at least ``min_field_units`` of them (a document
-quoting only the question). The hit's span runs from the cluster's first
-matched unit to its last, in code points of the document as given.
+clusters). A cluster is a hit by the first of three rules it passes (its
+``rule``):
+
+* ``item_coverage``: the item units its grams cover reach ``min_coverage``
+  of the item's coverable units;
+* ``field_coverage``: they reach ``min_coverage`` of one field's coverable
+  units, that field having at least ``min_field_units`` of them (a document
+  quoting only the question), and the field's matched units being at least
+  ``min_field_grams`` grams' worth (``min_field_grams x gram length``) or
+  the whole field: one 8-character gram shared with a 20-unit option is
+  common text, not a quote;
+* ``matched_units``: they cover at least ``min_matched_units`` units,
+  whatever the share (a long item whose question alone is quoted).
+
+The hit's span runs from the cluster's first matched unit to its last, in
+code points of the document as given.
 
 Cost per document: O(units * number of gram lengths) numpy work plus
 O(postings of the distinct grams found + occurrences kept x items per gram):
@@ -38,10 +49,14 @@ class Hit:
         eval_set, item: the eval set name and the item's id.
         start, end: code points of the document (end exclusive), first to
             last matched unit.
-        coverage: the share that passed the rule (item or field, whichever
-            is larger), in [0, 1].
+        coverage: the larger of the item's share and the share of each field
+            the ``field_coverage`` rule may count, in [0, 1]; below
+            ``min_coverage`` when the rule is ``matched_units``.
         unit_start, unit_end: the same span in units (end exclusive).
         matched: item units covered by the matched grams.
+        rule: the rule that made it a hit: ``item_coverage``,
+            ``field_coverage`` or ``matched_units`` (:data:`RULES`, the
+            first that passes in that order).
     """
 
     eval_set: str
@@ -52,6 +67,11 @@ class Hit:
     unit_start: int
     unit_end: int
     matched: int = 0
+    rule: str = "item_coverage"
+
+
+#: The hit rules in the order they are tried (module docstring).
+RULES = ("item_coverage", "field_coverage", "matched_units")
 
 
 def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None = None,
@@ -61,7 +81,8 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
     Args:
         text: the document.
         index: the eval-set index (:class:`~stages.decontaminate.index.Index`).
-        config: ``min_coverage`` and ``min_field_units``.
+        config: ``min_coverage``, ``min_field_units``, ``min_field_grams``,
+            ``min_matched_units`` and ``min_item_units``.
         lengths: the index's gram lengths (``index.gram_lengths``; pass it
             to skip recomputing per document).
         doc_units: ``units(text)`` when already computed.
@@ -120,7 +141,7 @@ def find_hits(text: str, index: Index, config: Config, lengths: list[int] | None
                 continue
             u0, u1 = int(d[c_lo]), int(d[c_hi - 1]) + n
             hits.append(Hit(index.set_names[int(index.item_set[g])], index.item_ids[g], int(starts[u0]),
-                            int(ends[u1 - 1]), got[0], u0, u1, got[1]))
+                            int(ends[u1 - 1]), got[0], u0, u1, got[1], got[2]))
     hits.sort(key=lambda x: (x.start, x.eval_set, x.item, x.end))
     return hits
 
@@ -162,27 +183,42 @@ def _thin(j: np.ndarray, k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]
     return j[keep], k[keep]
 
 
-def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> tuple[float, int] | None:
-    """(the deciding coverage, matched units) of item ``g`` by grams at item
-    ``positions``, or None when it is not a hit: coverage below
-    ``min_coverage`` and fewer than ``min_matched_units`` units matched."""
+def _coverage(index: Index, g: int, positions: np.ndarray, config: Config) -> tuple[float, int, str] | None:
+    """(the coverage reported, matched units, the rule) of item ``g`` by grams
+    at item ``positions``, or None when no rule passes (module docstring):
+    the item's share below ``min_coverage``, no field counted by
+    ``field_coverage`` at ``min_coverage`` or more, and fewer than
+    ``min_matched_units`` units matched. A field counts when it has at least
+    ``min_field_units`` coverable units and at least
+    ``min(its coverable units, min_field_grams x gram length)`` of them are
+    matched."""
     total = int(index.coverable[g])
     if total < config.min_item_units and total < int(index.item_units[g]):
         return None  # templates and common grams left too little of the item to tell
     if total == 0:
         return None
-    mask = _cover_mask(int(index.item_units[g]), np.unique(positions), int(index.item_gram[g]))
+    n = int(index.item_gram[g])
+    mask = _cover_mask(int(index.item_units[g]), np.unique(positions), n)
     matched = int(mask.sum())
-    best = matched / total
+    item_share = matched / total
+    field_share = 0.0
     f0, f1 = int(index.field_ptr[g]), int(index.field_ptr[g + 1])
     fb = index.field_bounds[f0 + g:f1 + g + 1]
     for f in range(f1 - f0):
         cov = int(index.field_coverable[f0 + f])
         if cov >= config.min_field_units:
-            best = max(best, mask[fb[f]:fb[f + 1]].sum() / cov)
-    if best < config.min_coverage and matched < config.min_matched_units:
+            got = int(mask[fb[f]:fb[f + 1]].sum())
+            if got >= min(cov, config.min_field_grams * n):
+                field_share = max(field_share, got / cov)
+    if item_share >= config.min_coverage:
+        rule = RULES[0]
+    elif field_share >= config.min_coverage:
+        rule = RULES[1]
+    elif matched >= config.min_matched_units:
+        rule = RULES[2]
+    else:
         return None
-    return float(min(1.0, best)), matched
+    return float(min(1.0, max(item_share, field_share))), matched, rule
 
 
 def cut_ranges(hits: list[Hit], starts: np.ndarray, ends: np.ndarray, text_length: int,

@@ -12,9 +12,12 @@ normalised copy):
 * everything else (punctuation, symbols, whitespace, full-width punctuation
   included) separates units and is ignored.
 
-A unit's value is its characters, each ``NFKC(char).casefold()``:
+A unit's value is its characters, each ``fold(NFKC(char)).casefold()``:
 full-width ``ＡＢＣ１２`` equals ``abc12``, half-width katakana equals
-full-width, case is ignored. Ignoring punctuation and whitespace this way
+full-width, case is ignored, and a Traditional Chinese character equals its
+Simplified form (``fold``: :func:`traditional_fold_table`, OpenCC's
+character dictionary ``TSCharacters``, one code point to one, so a
+Traditional copy of an item (``s2t``) matches over its whole length). Ignoring punctuation and whitespace this way
 means ``，`` versus ``,`` and a line break versus a space never change a unit.
 
 Hashes: a character's *digit* is the xxh3-64 of its normalised form (UTF-8);
@@ -38,8 +41,8 @@ from stages.text import CJK_CHAR_CLASS
 
 #: Version of this normalisation and hashing: part of the index's cache key
 #: (:mod:`stages.decontaminate.index`); change it whenever units or hashes change.
-NORMALIZATION_VERSION = "units-v2"
-UNIT_HASH_NAME = "polynomial mod 2^64 over xxh3_64(NFKC(char).casefold(), utf-8)"
+NORMALIZATION_VERSION = "units-v3-t2s"
+UNIT_HASH_NAME = "polynomial mod 2^64 over xxh3_64(t2s_char(NFKC(char)).casefold(), utf-8)"
 _CJK = CJK_CHAR_CLASS + "\uff66-\uff9f"
 UNIT_RE = re.compile(rf"[{_CJK}]|(?:(?![{_CJK}])[^\W_])+")
 _CJK_RE = re.compile(rf"[{_CJK}]")
@@ -56,6 +59,58 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
+# Code-point ranges whose characters are converted to build the fold table:
+# the CJK ideograph blocks (URO, Extension A, compatibility, astral B-H).
+_FOLD_RANGES = ((0x3400, 0x4DC0), (0x4E00, 0xA000), (0xF900, 0xFB00), (0x20000, 0x31350))
+_FOLD: dict[int, str] | None = None
+
+
+def traditional_fold_table() -> dict[int, str]:
+    """The ``str.translate`` table folding Traditional Chinese to Simplified,
+    one code point to one code point (so units and spans are unchanged).
+
+    Built once per process (~0.4 s): every ideograph of :data:`_FOLD_RANGES`
+    is converted alone with OpenCC's character-level ``t2s`` (the
+    ``TSCharacters`` dictionary, the character step of OpenCC's shipped
+    ``t2s`` config: :func:`stages.zh_script.opencc_converter`), then the
+    characters it leaves alone with the Taiwan and Hong Kong chains
+    (``TWVariantsRev`` / ``HKVariantsRev`` + ``TSCharacters``: ``s2tw``'s
+    ``著``, ``s2hk``'s ``敍``); a character whose conversion is one different
+    code point is mapped, chains resolved to their end (``薴`` -> ``苧`` ->
+    ``苎``). Measured with OpenCC 1.1: 3,234 characters mapped (3,222 by
+    ``TSCharacters``), none to more than one code point; no Simplified-only
+    character (``hans_only`` of ``stages/data/zh_script_chars.json``) is
+    mapped; a few characters valid in both scripts are (``乾`` -> ``干``,
+    ``么`` -> ``幺``), folded alike in items and documents. On the 33,954
+    characters of ``data/evalsets/gaokao_mcq.jsonl``, OpenCC ``s2t`` changes
+    5,849 (s2tw 5,840, s2hk 5,819); after folding both, 9 still differ in
+    each (the phrase dictionaries' ``坐`` -> ``座``, ``借`` -> ``藉``).
+
+    Raises:
+        RuntimeError: OpenCC returned a different number of lines.
+
+    Returns:
+        code point -> one-character string (3,234 entries).
+    """
+    global _FOLD
+    if _FOLD is None:
+        from stages.zh_script import opencc_converter
+
+        chars = [chr(c) for lo, hi in _FOLD_RANGES for c in range(lo, hi)]
+        table: dict[int, str] = {}
+        for region in ("none", "tw", "hk"):
+            out = opencc_converter("t2s", "char", region).convert("\n".join(chars)).split("\n")
+            if len(out) != len(chars):  # checked, never assumed: one line in, one out
+                raise RuntimeError("OpenCC t2s changed the number of lines of the fold table's input")
+            for c, o in zip(chars, out):
+                if o != c and len(o) == 1:
+                    table.setdefault(ord(c), o)
+        for _ in range(4):  # chains (a -> b -> c) resolved to their end
+            table = {cp: table.get(ord(o), o) for cp, o in table.items()}
+        _FOLD = table
+    return _FOLD
+
+
 _TABLES: tuple[np.ndarray, np.ndarray] | None = None
 _ASTRAL: dict[int, tuple[int, int]] = {}
 CLASS_OTHER, CLASS_WORD, CLASS_CJK = 0, 1, 2
@@ -64,7 +119,8 @@ CLASS_OTHER, CLASS_WORD, CLASS_CJK = 0, 1, 2
 def char_class_and_digit(cp: int) -> tuple[int, int]:
     """(class, digit) of one code point: class 2 for a CJK character, 1 for
     another letter or digit (``str.isalnum``; the regex ``[^\\W_]``), else 0;
-    digit: xxh3-64 of ``NFKC(char).casefold()`` (0 for class 0)."""
+    digit: xxh3-64 of ``NFKC(char)`` folded Traditional to Simplified
+    (:func:`traditional_fold_table`) and casefolded (0 for class 0)."""
     if 0xD800 <= cp < 0xE000:
         return CLASS_OTHER, 0
     ch = chr(cp)
@@ -74,7 +130,8 @@ def char_class_and_digit(cp: int) -> tuple[int, int]:
         cls = CLASS_WORD
     else:
         return CLASS_OTHER, 0
-    return cls, xxhash.xxh3_64_intdigest(unicodedata.normalize("NFKC", ch).casefold().encode("utf-8"))
+    value = unicodedata.normalize("NFKC", ch).translate(traditional_fold_table()).casefold()
+    return cls, xxhash.xxh3_64_intdigest(value.encode("utf-8"))
 
 
 def _tables() -> tuple[np.ndarray, np.ndarray]:

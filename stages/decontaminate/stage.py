@@ -23,7 +23,7 @@ REASON_EMPTY = "decontaminate.empty_after_cut"
 INDEX_DIR = "index"
 BASE_DIR = "base"
 SPAN_TYPE = pa.list_(pa.struct([("eval_set", pa.string()), ("item", pa.string()), ("start", pa.int32()),
-                                ("end", pa.int32()), ("coverage", pa.float32())]))
+                                ("end", pa.int32()), ("coverage", pa.float32()), ("rule", pa.string())]))
 
 _LOADED: dict[str, tuple[int, Index, list[int]]] = {}
 
@@ -73,9 +73,11 @@ class DecontaminateStage(Stage):
     ``decontaminate_items`` (string ``"gsm8k:17,ceval:3"``: the matched
     ``<eval_set>:<item id>``, distinct, sorted; null when none),
     ``decontaminate_spans`` (list of struct ``eval_set, item, start, end,
-    coverage``: each hit, code points of the text the stage received, end
-    exclusive), ``decontaminate_cut_chars`` (int32: characters removed in
-    ``cut`` mode, else 0). Reasons: ``decontaminate.benchmark_overlap``
+    coverage, rule``: each hit, code points of the text the stage received,
+    end exclusive, and the rule that made it a hit: ``item_coverage``,
+    ``field_coverage`` or ``matched_units``, :mod:`stages.decontaminate.match`),
+    ``decontaminate_cut_chars`` (int32: characters removed in ``cut`` mode,
+    else 0). Reasons: ``decontaminate.benchmark_overlap``
     (``drop``), ``decontaminate.empty_after_cut`` (``cut`` left fewer than
     ``min_chars_after_cut`` non-space characters; the text is kept as it was).
     """
@@ -89,9 +91,11 @@ class DecontaminateStage(Stage):
         "decontaminate_items": Column("string", "matched eval items, '<eval_set>:<item id>' sorted and "
                                       "comma-joined; null when none", lineage=True),
         "decontaminate_spans": Column(
-            "list<item: struct<eval_set: string, item: string, start: int32, end: int32, coverage: float>>",
+            "list<item: struct<eval_set: string, item: string, start: int32, end: int32, coverage: float, "
+            "rule: string>>",
             "each hit: eval set, item id, start/end code points (end exclusive) in the text the stage "
-            "received, coverage (share of the item or field matched)"),
+            "received, coverage (share of the item or field matched), rule (item_coverage, field_coverage "
+            "or matched_units: which rule made it a hit)"),
         "decontaminate_cut_chars": Column("int32", "characters removed in cut mode (0 otherwise)"),
     }
     tally_columns = ("decontaminate_spans",)
@@ -139,16 +143,19 @@ class DecontaminateStage(Stage):
 
     @classmethod
     def effective_settings(cls, config: Config) -> dict[str, Any]:
-        """The index's cache key and format/normalisation versions (the key
-        covers every eval file's sha256, so an edited eval set, even a saved
-        HF directory, re-runs the stage)."""
+        """The index's cache key as ``index_digest`` (a sha256 hex; not named
+        ``*_key``, which ``pipeline.redact`` publishes as a credential) and
+        the format/normalisation versions (the digest covers every eval
+        file's sha256, so an edited eval set, even a saved HF directory,
+        re-runs the stage)."""
         if not config.enabled:
             return {}
         try:
             key = cache_key(config, digests(config))
         except (OSError, evalsets.EvalSetError) as exc:
             key = f"unreadable: {exc}"
-        return {"index_key": key, "index_format": INDEX_FORMAT_VERSION, "normalization": NORMALIZATION_VERSION}
+        return {"index_digest": key, "index_format": INDEX_FORMAT_VERSION,
+                "normalization": NORMALIZATION_VERSION}
 
     def fit(self, partitions: Partitions) -> FitResult:
         """Load (or build and cache) the index, count its grams' document
@@ -156,7 +163,8 @@ class DecontaminateStage(Stage):
         the corpus-common grams to ``work_dir/index``.
 
         Returns:
-            Facts: cache key and whether it was reused, unit hash, gram
+            Facts: the cache key (``index_digest``) and whether it was
+            reused (``index_reused``), unit hash, gram
             lengths, per eval set items / CJK items / too-short items, grams,
             template grams, the corpus sample (partitions, documents, rate)
             and the corpus-common grams left out.
@@ -194,7 +202,7 @@ class DecontaminateStage(Stage):
                                   | (index.coverable == 0))[index.item_set == s].sum())
                        for s, name in enumerate(index.set_names)}
         facts = {
-            "index_key": key, "index_reused": reused, "index_format": INDEX_FORMAT_VERSION,
+            "index_digest": key, "index_reused": reused, "index_format": INDEX_FORMAT_VERSION,
             "normalization": NORMALIZATION_VERSION, "unit_hash": UNIT_HASH_NAME,
             "mode": config.mode, "ngram_words": config.ngram_words, "ngram_cjk": config.ngram_cjk,
             "gram_lengths": index.gram_lengths, "min_coverage": config.min_coverage,
@@ -241,7 +249,7 @@ class DecontaminateStage(Stage):
                 hits_col.append(len(names))
                 items_col.append(",".join(names))
                 spans_col.append([{"eval_set": h.eval_set, "item": h.item, "start": h.start, "end": h.end,
-                                   "coverage": h.coverage} for h in hits])
+                                   "coverage": h.coverage, "rule": h.rule} for h in hits])
                 if config.mode == "drop":
                     reason = REASON_OVERLAP
                 elif config.mode == "cut":

@@ -16,7 +16,7 @@ from stages.base import Partitions, StageContext
 from stages.decontaminate import Config, DecontaminateStage, REASON_EMPTY, REASON_OVERLAP
 from stages.decontaminate.index import Index, load_or_build
 from stages.decontaminate.match import find_hits
-from stages.decontaminate.normalize import units
+from stages.decontaminate.normalize import traditional_fold_table, units
 
 # Eval items in the style of GSM8K and C-Eval (own writing).
 GSM = [
@@ -75,7 +75,8 @@ def _partition(path: Path, texts: list[str], source: str = "web") -> Path:
 
 
 def _run(tmp_path: Path, texts: list[str], **fields) -> tuple[dict, pa.Table]:
-    """fit on one partition of ``texts`` then process it (fresh instance)."""
+    """fit on one partition of ``texts`` then process it (fresh instance);
+    ``eval_sets`` defaults to :func:`_eval_sets`."""
     part = _partition(tmp_path / "part-00000-00000.parquet", texts)
     config = Config(**{"eval_sets": _eval_sets(tmp_path), **fields})
     ctx = StageContext(work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", seed=0, tools_dir=tmp_path)
@@ -162,6 +163,84 @@ def test_planted_items_are_found_with_their_id_and_span(tmp_path):
         stripped_end = start + len(planted.rstrip("！。？.!?＃#）) \n"))
         assert (spans[0]["start"], spans[0]["end"]) == (start, stripped_end), name
         assert spans[0]["coverage"] >= 0.6, name
+        assert spans[0]["rule"] == "item_coverage", name  # the GSM question is over half its item
+
+
+def test_a_traditional_copy_is_hit_over_its_whole_span_and_simplified_text_is_unchanged(tmp_path):
+    opencc = pytest.importorskip("opencc")
+    traditional = opencc.OpenCC("s2t").convert(CEVAL_Q)
+    assert traditional.startswith("下列說法正確的是：在標準大氣壓下，純水的沸點爲一百攝氏度")
+    assert len(traditional) == len(CEVAL_Q) and sum(a != b for a, b in zip(traditional, CEVAL_Q)) == 20
+    host_b = opencc.OpenCC("s2t").convert(ZH_HOST_B)  # a Traditional document around it
+    text = ZH_HOST_A + traditional + host_b
+    # one code point in, one out: the units of the Traditional copy hash as the Simplified item's
+    assert units(traditional)[0].tolist() == units(CEVAL_Q)[0].tolist()
+    assert units(traditional)[1].tolist() == units(CEVAL_Q)[1].tolist()
+    table = traditional_fold_table()
+    assert traditional.translate(table) == CEVAL_Q
+    for simplified in (ZH_HOST_A, ZH_HOST_B, CEVAL_Q, CEVAL[1]["question"]):
+        assert simplified.translate(table) == simplified
+    _, out = _run(tmp_path, [text, ZH_HOST_A + host_b], mode="cut", cut_margin=0, min_chars_after_cut=20)
+    start = text.index(traditional)
+    assert out["decontaminate_spans"][0].as_py()[0]["item"] == "ceval-7"
+    assert out["decontaminate_spans"][0].as_py()[0]["coverage"] == 1.0
+    assert (out["decontaminate_spans"][0].as_py()[0]["start"], out["decontaminate_spans"][0].as_py()[0]["end"]) == (
+        start, start + len(traditional))
+    assert out["text"].to_pylist() == [ZH_HOST_A + host_b, ZH_HOST_A + host_b]  # the whole copy cut
+    assert out["decontaminate_hits"].to_pylist() == [1, 0]
+
+
+# A user's item (own writing): option A is 19 characters, 20 units with its label.
+TRAVEL_ITEM = {"id": "c1", "question": "重庆是一座依山傍水的城市，下列关于重庆地理位置的描述中，哪一项是正确的",
+               "A": "长江主要支流嘉陵江位于城区北侧，两江环抱", "B": "重庆位于四川盆地的西北部，地势平坦开阔",
+               "C": "重庆的主城区坐落在黄河与渭河交汇的地方", "D": "重庆地处青藏高原东缘，海拔普遍在三千米以上"}
+# A travel page (own writing) sharing 12 characters with option A, and one quoting option A whole.
+TRAVEL_SHARED = ("我们从解放碑出发，沿着江边步道走到朝天门。长江主要支流嘉陵江位于城市北边，从酒店的窗口就能看见，"
+                 "傍晚的江面上游船来来往往，灯光倒映在水里，整座城市像是浮在江上。")
+TRAVEL_WHOLE = ("导游说，长江主要支流嘉陵江位于城区北侧，两江环抱，所以这里自古就是水运码头。"
+                "我们在洪崖洞吃了火锅，又坐索道过江，看见两岸的高楼沿着山坡一层层叠上去。")
+# A long single-field item (own writing, 123 characters) for the absolute rule.
+LONG_ITEM = {"id": "long-1", "text": (
+    "阅读下面的材料：明朝永乐年间，郑和率领船队七次远航西洋，到达东南亚、南亚、西亚和东非的三十多个国家和地区，"
+    "加强了中国与亚非各国的经济文化交流。船队规模庞大，航海技术先进，比欧洲航海家的远航早了半个多世纪。"
+    "根据材料，概括郑和下西洋的历史意义，并说明其与新航路开辟的不同之处。")}
+
+
+def _travel_sets(tmp_path: Path) -> dict:
+    return {"geo": {"path": str(_write_jsonl(tmp_path / "geo.jsonl", [TRAVEL_ITEM])),
+                    "fields": ["question", "A", "B", "C", "D"], "id_field": "id", "label_fields": ["A", "B", "C", "D"]},
+            "essay": {"path": str(_write_jsonl(tmp_path / "essay.jsonl", [LONG_ITEM])), "fields": ["text"],
+                      "id_field": "id"}}
+
+
+def test_a_short_field_needs_two_grams_or_all_of_it_and_each_hit_names_its_rule(tmp_path):
+    assert len(units(TRAVEL_ITEM["A"])[0]) == 19
+    assert "长江主要支流嘉陵江位于城" in TRAVEL_SHARED and "长江主要支流嘉陵江位于城区" not in TRAVEL_SHARED
+    assert len(units(LONG_ITEM["text"])[0]) == 123
+    quoted = LONG_ITEM["text"][:LONG_ITEM["text"].index("加强了")]  # 47 of its 123 units
+    item_q = TRAVEL_ITEM["question"] + "\nA．" + TRAVEL_ITEM["A"] + "\nB．" + TRAVEL_ITEM["B"]
+    texts = [TRAVEL_SHARED, TRAVEL_WHOLE, ZH_HOST_A + quoted + ZH_HOST_B, ZH_HOST_A + item_q + ZH_HOST_B]
+    _, out = _run(tmp_path, texts, eval_sets=_travel_sets(tmp_path), mode="annotate")
+    spans = out["decontaminate_spans"].to_pylist()
+    # 12 characters shared with a 20-unit option: one gram's worth, common text, no hit
+    assert spans[0] == []
+    # the whole option quoted (without its label): 19 of 20 units, a field hit over the quote
+    start = TRAVEL_WHOLE.index("长江")
+    assert [(s["item"], s["start"], s["end"], s["rule"]) for s in spans[1]] == [
+        ("c1", start, start + len(TRAVEL_ITEM["A"]), "field_coverage")]
+    assert spans[1][0]["coverage"] == pytest.approx(19 / 20)
+    # 47 of 123 units: under min_coverage (0.5), a hit by the absolute rule (>= 40 units)
+    assert [(s["item"], s["rule"]) for s in spans[2]] == [("long-1", "matched_units")]
+    assert spans[2][0]["coverage"] == pytest.approx(47 / 123)
+    # the question and two options: most of the item
+    assert [(s["item"], s["rule"]) for s in spans[3]] == [("c1", "item_coverage")]
+    # what the user saw before the rule: one gram's worth made a field hit
+    (tmp_path / "old").mkdir()
+    _, old = _run(tmp_path / "old", [TRAVEL_SHARED], eval_sets=_travel_sets(tmp_path), mode="annotate",
+                  min_field_grams=1)
+    shared = TRAVEL_SHARED.index("长江")
+    assert [(s["item"], s["start"], s["end"], s["rule"], round(s["coverage"], 2))
+            for s in old["decontaminate_spans"][0].as_py()] == [("c1", shared, shared + 12, "field_coverage", 0.6)]
 
 
 def test_common_phrases_and_other_items_are_not_hits(tmp_path):
@@ -261,7 +340,7 @@ def test_cache_is_reused_and_rebuilt_when_an_eval_file_changes(tmp_path):
     third, key3, reused3 = load_or_build(config, tmp_path / "cache")
     assert key3 != key1 and not reused3
     assert third.item_ids == ["ceval-7", "ceval-8", "ceval-9", "gsm-1", "gsm-2"]
-    assert DecontaminateStage.effective_settings(config)["index_key"] == key3 != settings1["index_key"]
+    assert DecontaminateStage.effective_settings(config)["index_digest"] == key3 != settings1["index_digest"]
     assert sorted(p.name for p in (tmp_path / "cache" / "decontaminate").iterdir()) == sorted([key1, key3])
 
 
@@ -345,6 +424,10 @@ def test_the_stage_runs_in_a_build_and_counts_its_reason(tmp_path):
     assert m["stages"]["decontaminate"]["totals"]["kept"] == 20
     fit = m["stages"]["decontaminate"]["fit"]
     assert fit["items"] == {"ceval": 3, "gsm8k": 3} and fit["corpus_sample"]["documents"] == 22
+    # the index digest is published (a name with "key" in it was redacted as a credential)
+    digest = m["stages"]["decontaminate"]["settings"]["index_digest"]
+    assert fit["index_digest"] == digest and len(digest) == 64 and int(digest, 16) >= 0
+    assert "<redacted>" not in json.dumps(m["stages"]["decontaminate"])
     # cut mode in a build: the layer's edited text passes the executor's checks, and the
     # characters fall by exactly the two quotes (from the first to the last letter/digit;
     # the stage's counts are after its edits, so compare with the drop build's input)

@@ -114,7 +114,7 @@ def test_a_document_repeating_a_gram_an_item_repeats_is_matched_without_blowing_
     config, index = _index({"rep": [Item("HumanEval/0", ("哈" * 60,)), Item("HumanEval/1", ("the " * 60,))]})
     doc = "哈" * 300_000
     [hit] = find_hits(doc, index, config)
-    assert (hit.item, hit.start, hit.end, hit.coverage) == ("HumanEval/0", 0, 300_000, 1.0)
+    assert (hit.item, hit.start, hit.end, hit.coverage, hit.rule) == ("HumanEval/0", 0, 300_000, 1.0, "item_coverage")
     [hit] = find_hits("x " + "the " * 100_000 + "y", index, config)
     assert (hit.item, hit.start, hit.end) == ("HumanEval/1", 2, 2 + 4 * 100_000 - 1)
     # the work: two occurrences kept per key per block of 2n + 1 = 17 units
@@ -157,7 +157,7 @@ def test_item_ids_with_separators_tally_under_their_set_and_a_set_named_like_a_t
     from stages.decontaminate import Config, DecontaminateStage
     from stages.decontaminate.stage import SPAN_TYPE
 
-    span = {"eval_set": "he", "start": 0, "end": 5, "coverage": 1.0}
+    span = {"eval_set": "he", "start": 0, "end": 5, "coverage": 1.0, "rule": "item_coverage"}
     table = pa.table({"decontaminate_spans": pa.array([[{**span, "item": "HumanEval/0"}, {**span, "item": "a,b:c"}],
                                                        [{**span, "item": "x/y/z"}], []], SPAN_TYPE)})
     tally = DecontaminateStage.tally(table)
