@@ -97,6 +97,26 @@ def test_ip_public_replaced_private_and_documentation_kept(tmp_path):
                                      "198.51.100.23 123.45.67.89")] == ["123.45.67.89"]
 
 
+def test_four_part_versions_are_not_addresses_but_addresses_in_prose_and_logs_are(tmp_path):
+    """Issue 17's versions (context guards: a version word before, a package
+    name or operator glued before, a version suffix glued after) stay; the
+    same public addresses in prose and logs are still replaced."""
+    versions = ("kernel 5.15.0.105, Linux 5.15.0.105-generic, SDK 2.14.3.118, nginx/1.25.3.1, "
+                "foo==2.14.3.118, Oracle 19.3.0.1, 固件 2.4.10.17, 内核版本号：5.15.0.105, "
+                "openssl-1.1.1.4, 2.14.3.118+dfsg, [1:2.10.2.3] (unstable, testing, now), "
+                "<span>5.10.3.3. </span>")
+    [row] = _run(_stage(tmp_path), versions)
+    assert row["pii_count"] == 0 and row["text"] == versions
+    prose = ("connect to 58.33.12.7 from 203.0.113.5 port 22; 服务器地址是 61.135.169.125；IP: 58.33.12.7 "
+             "[61.135.169.125] http://61.135.169.125/ dig @128.9.0.32 ~scholzo@217.89.81.34 "
+             "Remote=192.169.224.239 echo 193.8.232.2:193.8.232.7 connect to 8.8.8.8 [1.2.3.4] http://1.2.3.4/")
+    assert [prose[f.start:f.end] for f in ip.find(prose)] == [
+        "58.33.12.7", "61.135.169.125", "58.33.12.7", "61.135.169.125", "61.135.169.125", "128.9.0.32",
+        "217.89.81.34", "192.169.224.239", "193.8.232.2", "193.8.232.7"]
+    # 203.0.113.5: documentation range; 8.8.8.8, 1.2.3.4: single-digit quads (examples, resolvers)
+    assert ip.find("version 5.15.0.105 devkernel 58.33.12.7 envoy 58.33.12.7") == [
+        Found(29, 39, "58.33.12.7"), Found(46, 56, "58.33.12.7")]
+
 def test_email_and_overlap_priority(tmp_path):
     # a phone number as the local part is one e-mail address (email before phone);
     # the RFC 2606 example domain is kept
