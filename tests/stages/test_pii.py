@@ -70,6 +70,13 @@ def test_phone_forms(tmp_path):
                                                                                      "+16502530000"]
     assert [f.value for f in phone.find("编号 2023 138 0013 8000")] == ["+8613800138000"]
     assert phone.find("拨 6552 1234 或 20231001，037777777777") == []
+    # 0086: the international prefix dialled from mainland China, i.e. +86 (CN numbers only)
+    zero = "国际 0086-138-0013-8000 或 0086 138 0013 8000 或 008613800138000，北京 0086 10 6552 1234"
+    assert [(zero[f.start:f.end], f.value) for f in phone.find(zero)] == [
+        ("0086-138-0013-8000", "+8613800138000"), ("0086 138 0013 8000", "+8613800138000"),
+        ("008613800138000", "+8613800138000"), ("0086 10 6552 1234", "+861065521234")]
+    # no + or 00: a 13-digit run; dots: a version's separator; 0044: not read (CN only)
+    assert phone.find("8613800138000 138.0013.8000 0044 20 7946 0958 0086 1234 5678 9012") == []
 
 
 def test_bank_cards_luhn_and_issuer(tmp_path):
