@@ -289,6 +289,31 @@ def test_a_build_edits_text_and_documents_carry_the_edits(tmp_path):
     assert m["stages"]["pii"]["per_source"]["web"]["tally"] == tally
 
 
+def test_hash_mode_without_a_key_warns_in_the_manifest(tmp_path):
+    """The seed is published, so a seed-keyed hash is guessable: the build says so
+    (stages.pii.warnings) in hash mode without hash_key, and not with one."""
+    from pipeline.build import build
+
+    texts = ["Write to li.si@qq.com or call 138 0013 8000 when the harvest is in and the barn is full."] + [
+        f"A small boat number {i} drifted down the quiet river as the evening light faded." for i in range(20)]
+    web = tmp_path / "web.jsonl"
+    web.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    warnings = {}
+    for name, pii in (("seeded", {"replacement": "hash"}), ("keyed", {"replacement": "hash", "hash_key": "k-9f2"})):
+        data = {"seed": 5, "sources": {"web": {"paths": [str(web)]}}, "executor": {"num_workers": 1},
+                "heuristics": {"enabled": False}, "perplexity": {"enabled": False}, "dedup": {"enabled": False},
+                "langid": {"allowed_languages": ["en"]}, "pii": pii, "tokenize": {"vocab_size": 300},
+                "output": {"seq_length": 16}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+        result = build(name, tmp_path / f"{name}.yaml", tmp_path / "corpora", log=lambda m: None)
+        stage = result.manifest["stages"]["pii"]
+        assert stage["totals"]["tally"] == {"email": 1, "phone": 1, "documents_edited": 1}
+        warnings[name] = stage["warnings"]
+    [line] = warnings["seeded"]
+    assert line.startswith("replacement: hash without hash_key: the hash tokens are keyed by the build seed")
+    assert "set pii.hash_key to a private string" in line
+    assert warnings["keyed"] == []
+
 def test_the_sample_forum_posts_answer_key(tmp_path):
     """data/sample/forum-posts.jsonl lists in each post's ``meta.pii`` the
     personal data it carries and whether the default stage must replace or
