@@ -37,7 +37,8 @@ class Config(StageConfig):
             config with this value redacted). None: a key derived from the
             build ``seed``, which is published in the manifest: anyone with
             the manifest can then test a guessed value (a phone number has
-            ~10**10 guesses), so set a private key when hashes are used.
+            ~10**10 guesses), so set a private key when hashes are used; a
+            build in hash mode without one warns (``stages.pii.warnings``).
         phone_regions: ISO 3166-1 alpha-2 regions whose national phone forms
             (without ``+``) are detected; ``+`` forms are detected for every
             country. Default ``["CN"]``: the corpus is Chinese-first, and a

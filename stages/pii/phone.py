@@ -29,6 +29,17 @@ It is then accepted when (:func:`accept`):
   region, 10-15 digits that ``is_valid_number`` accepts for that region. In
   both, every group of digits has at least 2 digits (``1 2 3 4 5 6 7 8 9 0``
   is a list, not a number);
+* a candidate starting ``0086`` (the international call prefix dialled
+  from mainland China, ``00`` as ITU-T E.164 recommends, and country code
+  86: ``0086-138-0013-8000``, ``0086 138 0013 8000``, ``008613800138000``)
+  is read as ``+86`` and the rest, and accepted only as a CN number; other
+  ``00`` + country code forms are not read (a ``00``-led digit run is as
+  often a serial or an account number, and the CN one is what this
+  Chinese-first corpus writes). Not detected: ``8613800138000`` (13 digits
+  with no ``+`` or ``00``: as often an order or account number, and a
+  millisecond timestamp has 13 digits too) and ``138.0013.8000`` (a ``.``
+  between digit groups is a version's or a decimal's; the candidate never
+  crosses one, so ``3.11.7`` and ``138.0.13.80`` are never tried);
 * a digit repeated 7 or more times in a row (``037777777777``, an octal
   constant; ``0000000000``) is not a number a person has;
 * a candidate that fails as a whole is tried as its space-separated windows
@@ -90,6 +101,11 @@ def accept(candidate: str, regions: tuple[str, ...]) -> str | None:
     """The E.164 form of ``candidate`` when it is a phone number by the rules
     of this module, else None. ``regions``: ISO 3166-1 alpha-2 codes whose
     national forms (without ``+``) are accepted."""
+    if candidate.startswith("0086") and len(candidate) > 4:
+        # 0086: the international prefix dialled from mainland China (and the ITU-T
+        # recommended "00" elsewhere) + country code 86, i.e. "+86"; only a CN number
+        value = accept("+86" + candidate[4:], regions)
+        return value if value is not None and value.startswith("+86") else None
     digits = "".join(ch for ch in candidate if ch.isdigit())
     n = len(digits)
     if candidate.startswith("+"):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from stages.base import Column, Stage, with_decision
+from stages.base import Column, FitResult, Partitions, Stage, with_decision
 from stages.pii import bank_card, email, ip, phone, redact, resident_id, secrets
 from stages.pii.config import ALL_TYPES, NUMBER_TYPES, Config
 
@@ -85,6 +85,23 @@ class PiiStage(Stage):
         edited = pc.sum(pc.greater(pc.fill_null(table["pii_count"], 0), 0)).as_py() or 0
         out["documents_edited"] = int(edited)
         return out
+
+    def fit(self, partitions: Partitions) -> FitResult:
+        """Reads no data; returns a warning (run log, manifest
+        ``stages.pii.warnings``, report) when ``replacement: hash`` has no
+        ``hash_key``: the key is then derived from the build seed, which the
+        manifest publishes, so anyone with the manifest can test guessed
+        values against the tokens. The config has no ``${ENV}`` expansion
+        (``pipeline.config``), so the private key lives in the build config,
+        which the published ``config.yaml`` copy redacts. O(1)."""
+        config: Config = self.config
+        if config.replacement != "hash" or config.hash_key is not None:
+            return FitResult()
+        return FitResult(warnings=(
+            "replacement: hash without hash_key: the hash tokens are keyed by the build seed, which "
+            "the manifest publishes, so anyone with the manifest can recover a value by hashing guesses "
+            "(a phone number: ~10^10); set pii.hash_key to a private string in the build config (the "
+            "published config.yaml redacts it; keep the build config itself private)",))
 
     def _detectors(self) -> list[tuple[str, Any]]:
         config: Config = self.config

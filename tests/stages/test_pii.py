@@ -70,6 +70,13 @@ def test_phone_forms(tmp_path):
                                                                                      "+16502530000"]
     assert [f.value for f in phone.find("编号 2023 138 0013 8000")] == ["+8613800138000"]
     assert phone.find("拨 6552 1234 或 20231001，037777777777") == []
+    # 0086: the international prefix dialled from mainland China, i.e. +86 (CN numbers only)
+    zero = "国际 0086-138-0013-8000 或 0086 138 0013 8000 或 008613800138000，北京 0086 10 6552 1234"
+    assert [(zero[f.start:f.end], f.value) for f in phone.find(zero)] == [
+        ("0086-138-0013-8000", "+8613800138000"), ("0086 138 0013 8000", "+8613800138000"),
+        ("008613800138000", "+8613800138000"), ("0086 10 6552 1234", "+861065521234")]
+    # no + or 00: a 13-digit run; dots: a version's separator; 0044: not read (CN only)
+    assert phone.find("8613800138000 138.0013.8000 0044 20 7946 0958 0086 1234 5678 9012") == []
 
 
 def test_bank_cards_luhn_and_issuer(tmp_path):
@@ -96,6 +103,26 @@ def test_ip_public_replaced_private_and_documentation_kept(tmp_path):
     assert [f.value for f in ip.find("10.1.2.3 172.16.0.9 127.0.0.1 169.254.3.4 100.64.1.1 "
                                      "198.51.100.23 123.45.67.89")] == ["123.45.67.89"]
 
+
+def test_four_part_versions_are_not_addresses_but_addresses_in_prose_and_logs_are(tmp_path):
+    """Issue 17's versions (context guards: a version word before, a package
+    name or operator glued before, a version suffix glued after) stay; the
+    same public addresses in prose and logs are still replaced."""
+    versions = ("kernel 5.15.0.105, Linux 5.15.0.105-generic, SDK 2.14.3.118, nginx/1.25.3.1, "
+                "foo==2.14.3.118, Oracle 19.3.0.1, 固件 2.4.10.17, 内核版本号：5.15.0.105, "
+                "openssl-1.1.1.4, 2.14.3.118+dfsg, [1:2.10.2.3] (unstable, testing, now), "
+                "<span>5.10.3.3. </span>")
+    [row] = _run(_stage(tmp_path), versions)
+    assert row["pii_count"] == 0 and row["text"] == versions
+    prose = ("connect to 58.33.12.7 from 203.0.113.5 port 22; 服务器地址是 61.135.169.125；IP: 58.33.12.7 "
+             "[61.135.169.125] http://61.135.169.125/ dig @128.9.0.32 ~scholzo@217.89.81.34 "
+             "Remote=192.169.224.239 echo 193.8.232.2:193.8.232.7 connect to 8.8.8.8 [1.2.3.4] http://1.2.3.4/")
+    assert [prose[f.start:f.end] for f in ip.find(prose)] == [
+        "58.33.12.7", "61.135.169.125", "58.33.12.7", "61.135.169.125", "61.135.169.125", "128.9.0.32",
+        "217.89.81.34", "192.169.224.239", "193.8.232.2", "193.8.232.7"]
+    # 203.0.113.5: documentation range; 8.8.8.8, 1.2.3.4: single-digit quads (examples, resolvers)
+    assert ip.find("version 5.15.0.105 devkernel 58.33.12.7 envoy 58.33.12.7") == [
+        Found(29, 39, "58.33.12.7"), Found(46, 56, "58.33.12.7")]
 
 def test_email_and_overlap_priority(tmp_path):
     # a phone number as the local part is one e-mail address (email before phone);
@@ -269,6 +296,31 @@ def test_a_build_edits_text_and_documents_carry_the_edits(tmp_path):
     with pytest.raises(ValueError, match="--where pii_nothing: no such column"):
         sample_examples(result.version_dir, "pii", kept=True, where="pii_nothing")
 
+
+def test_hash_mode_without_a_key_warns_in_the_manifest(tmp_path):
+    """The seed is published, so a seed-keyed hash is guessable: the build says so
+    (stages.pii.warnings) in hash mode without hash_key, and not with one."""
+    from pipeline.build import build
+
+    texts = ["Write to li.si@qq.com or call 138 0013 8000 when the harvest is in and the barn is full."] + [
+        f"A small boat number {i} drifted down the quiet river as the evening light faded." for i in range(20)]
+    web = tmp_path / "web.jsonl"
+    web.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    warnings = {}
+    for name, pii in (("seeded", {"replacement": "hash"}), ("keyed", {"replacement": "hash", "hash_key": "k-9f2"})):
+        data = {"seed": 5, "sources": {"web": {"paths": [str(web)]}}, "executor": {"num_workers": 1},
+                "heuristics": {"enabled": False}, "perplexity": {"enabled": False}, "dedup": {"enabled": False},
+                "langid": {"allowed_languages": ["en"]}, "pii": pii, "tokenize": {"vocab_size": 300},
+                "output": {"seq_length": 16}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+        result = build(name, tmp_path / f"{name}.yaml", tmp_path / "corpora", log=lambda m: None)
+        stage = result.manifest["stages"]["pii"]
+        assert stage["totals"]["tally"] == {"email": 1, "phone": 1, "documents_edited": 1}
+        warnings[name] = stage["warnings"]
+    [line] = warnings["seeded"]
+    assert line.startswith("replacement: hash without hash_key: the hash tokens are keyed by the build seed")
+    assert "set pii.hash_key to a private string" in line
+    assert warnings["keyed"] == []
 
 def test_the_sample_forum_posts_answer_key(tmp_path):
     """data/sample/forum-posts.jsonl lists in each post's ``meta.pii`` the
