@@ -179,7 +179,8 @@ class QualityClassifierStage(Stage):
         facts: dict[str, Any] = {}
         skipped: dict[str, str] = {}
         reference = cfg.reference_source if cfg.reference_source is not None else list(cfg.reference_files)
-        for key in sorted(set(available) | set(by_key)):
+        keys = sorted(set(available) | set(by_key) | ({ALL} if not cfg.per_language else set()))
+        for key in keys:
             docs = sorted(by_key.get(key, []), key=lambda d: (d[3], d[4]))
             train = [d for d in docs if not d[2]]
             held = [d for d in docs if d[2]]
@@ -194,8 +195,8 @@ class QualityClassifierStage(Stage):
                                        "quality_classifier.min_docs")
                 skipped[key] = why
                 continue
-            cached, _ = train_model([line for d in train for line in training_lines(d[1], d[4], cfg.chunk_words)], flags, self.ctx.tools_dir,
-                                    self.ctx.cache_dir)
+            lines = [line for d in train for line in training_lines(d[1], d[4], cfg.chunk_words)]
+            cached, _ = train_model(lines, flags, self.ctx.tools_dir, self.ctx.cache_dir)
             local = work_dir / _model_file(key)
             local.write_bytes(cached.read_bytes())
             model = load_model(str(local))
@@ -236,7 +237,8 @@ class QualityClassifierStage(Stage):
                         strong_marks={name(k): [m["threshold"]] for k, m in sorted(models.items())
                                       if m["threshold"] is not None})
         return FitResult(facts={"reference": reference, "per_language": cfg.per_language, "flags": flags,
-                                "sample_docs": cfg.sample_docs, "chunk_words": cfg.chunk_words, "holdout_fraction": cfg.holdout_fraction,
+                                "sample_docs": cfg.sample_docs, "chunk_words": cfg.chunk_words,
+                                "holdout_fraction": cfg.holdout_fraction,
                                 "models": facts, "skipped": skipped},
                          warnings=warnings, figures=(figure,))
 

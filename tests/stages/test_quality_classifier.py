@@ -164,3 +164,71 @@ def test_build_with_the_stage_counts_the_reason_and_writes_held_out_pr(tmp_path)
     assert entry["per_source"]["web"]["dropped"] == {"quality_classifier.low_score": 80}
     assert entry["per_source"]["books"]["dropped"] == {} and entry["per_source"]["books"]["kept"] == 80
     assert sum(entry["totals"]["tally"].values()) == 160
+
+
+def test_reference_files_train_against_the_corpus_sample(salad_parts, tmp_path):
+    """Positives from JSONL files (the chapters) instead of a source: the
+    corpus partitions then hold only the salad, all of it negatives."""
+    root, paths = salad_parts
+    ref = tmp_path / "ref.jsonl.gz"
+    with gzip.open(ref, "wt", encoding="utf-8") as fh:
+        for rec in _kjv():
+            fh.write(json.dumps({"text": rec["text"]}) + "\n")
+        fh.write("not json\n")
+    salad_only = []
+    for k, path in enumerate(paths):
+        table = pq.read_table(path)
+        out = tmp_path / f"salad-{k}.parquet"
+        pq.write_table(table.filter(pa.compute.equal(table["source"], "web")), out)
+        salad_only.append(out)
+    cfg = Config(enabled=True, reference_files=[str(ref)], percentile=None)
+    assert QualityClassifierStage.preflight(cfg) == []
+    stage = QualityClassifierStage(cfg, StageContext(work_dir=tmp_path / "w", cache_dir=root / "cache", seed=7,
+                                                     tools_dir=TOOLS))
+    fit = stage.fit(Partitions(salad_only, _local_map))
+    model = fit.facts["models"]["*"]
+    assert model["available"] == {"positives": 150, "negatives": 150}
+    assert model["threshold"] is None and model["threshold_from"] == "none"
+    assert len(model["held_out_pr"]) == 1
+    pr = model["held_out_pr"][0]
+    assert pr["precision"] >= 0.9 and pr["recall"] >= 0.9
+    out = stage.process(pq.read_table(salad_only[0]))
+    assert out["reason"].null_count == out.num_rows  # no threshold: nothing dropped
+
+
+def test_per_language_models_skip_a_language_with_too_few_documents(salad_parts, tmp_path):
+    """``per_language``: en (the chapters and their salad) gets a model; 10
+    documents labelled de do not (min_docs 20): a warning, and their rows
+    stay unscored (null score and bucket, tally ``unscored``)."""
+    root, paths = salad_parts
+    tables = []
+    for k, path in enumerate(paths):
+        table = pq.read_table(path)
+        langs = ["de" if k == 0 and i < 10 else "en" for i in range(table.num_rows)]
+        table = table.append_column("langid_lang", pa.array(langs, pa.string()))
+        out = tmp_path / f"lang-{k}.parquet"
+        pq.write_table(table, out)
+        tables.append(out)
+    stage = _stage(tmp_path, root / "cache", per_language=True)
+    fit = stage.fit(Partitions(tables, _local_map))
+    assert sorted(fit.facts["models"]) == ["en"]
+    # partition 0 holds the chapters, so the 10 de documents are all reference
+    assert "reference and 0 corpus documents to train on (available: 10 / 0), fewer than min_docs 20" in \
+        fit.facts["skipped"]["de"]
+    assert fit.warnings and fit.warnings[0].startswith("language de: no quality model")
+    out = stage.process(pq.read_table(tables[0]))
+    scores = out["quality_classifier_score"].to_pylist()
+    assert scores[:10] == [None] * 10 and None not in scores[10:]
+    tally = QualityClassifierStage.tally(out.select(["quality_classifier_bucket", "keep", "reason"]))
+    assert tally["unscored"] == 10
+
+
+def test_build_config_refuses_an_unknown_reference_source():
+    from pipeline.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="quality_classifier.reference_source: 'wiki' is not a configured source"):
+        parse_config({"sources": {"web": {"paths": ["x.jsonl"]}}, "perplexity": {"enabled": False},
+                      "quality_classifier": {"enabled": True, "reference_source": "wiki"}})
+    with pytest.raises(ConfigError, match="quality_classifier.reference_source: required key is missing"):
+        parse_config({"sources": {"web": {"paths": ["x.jsonl"]}}, "perplexity": {"enabled": False},
+                      "quality_classifier": {"enabled": True}})
