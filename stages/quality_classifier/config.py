@@ -59,8 +59,11 @@ class Config(StageConfig):
             words (:func:`stages.quality_classifier.train.training_lines`);
             scoring reads the whole document (its first ``max_chars``).
             Default 64, our measurement (docs/stages/quality_classifier.md):
-            one line per document left the model at chance on the bundled
-            sample (loss 0.69 after 25 epochs), 64-word chunks learn.
+            on the 93 debref documents of the sample against their word
+            salad (25 epochs, lr 0.5), one line per document kept the
+            training loss at 0.69 (chance) and held-out accuracy at 0.66;
+            64-word chunks: loss 0.16, accuracy 0.76. With ~1,000 documents
+            per class (bench.quality_classifier, KJV) both reach 0.99-1.0.
         threshold: drop documents whose score (probability of the reference
             label) is below this (0..1). Takes precedence over ``percentile``.
         percentile: drop documents whose score is below this percentile (0-100)
@@ -83,9 +86,10 @@ class Config(StageConfig):
             give precision and recall 1.0; fastText's tutorial uses 25 epochs
             on small data); minCount 1 is fastText's supervised default; wordNgrams 2 as DCLM's fastText
             quality classifier (bigrams); dim 64 and bucket 200,000 (fastText:
-            100 and 2,000,000) keep the model ~60 MB instead of ~800 MB (each
-            worker loads it), with no loss on our measurement
-            (docs/stages/quality_classifier.md).
+            100 and 2,000,000) keep the model ~55-95 MB instead of ~770 MB
+            (each worker loads it) and train 4x faster, with the same
+            held-out precision and recall (1.0 / 1.0, KJV against its salad,
+            bench.quality_classifier).
     """
 
     enabled: bool = False
