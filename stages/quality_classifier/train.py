@@ -52,12 +52,12 @@ def model_text(text: str, max_chars: int) -> str:
     Returns:
         One line (no ``\\n``), possibly empty. O(max_chars).
     """
-    text = text[:max_chars].lower()
+    text = text[:max_chars].lower().replace("__label__", "label ")
     if _CJK.search(text):
         import rjieba
 
         text = " ".join(rjieba.cut(text))
-    return " ".join(text.replace("__label__", "label").split())
+    return " ".join(text.split())
 
 
 def _key(lang: str | None, per_language: bool) -> str | None:
