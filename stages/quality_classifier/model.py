@@ -26,15 +26,21 @@ def load_model(path: str):
 
 
 def scores(model, texts: list[str], max_chars: int) -> list[float]:
-    """Probability of :data:`LABEL_REFERENCE` for each text (float in [0, 1];
-    fastText's softmax output, so p(corpus) = 1 - p(reference) up to
-    rounding), after :func:`stages.quality_classifier.train.model_text`.
+    """Probability of :data:`LABEL_REFERENCE` for each document text (float
+    in [0, 1]; fastText's softmax output, so p(corpus) = 1 - p(reference) up
+    to rounding), after :func:`stages.quality_classifier.train.model_text`.
     O(len(texts) x max_chars)."""
+    return line_scores(model, [model_text(t, max_chars) for t in texts])
+
+
+def line_scores(model, lines: list[str]) -> list[float]:
+    """:func:`scores` of texts already made into model lines
+    (:func:`stages.quality_classifier.train.model_text`; no ``\n``)."""
     out = []
-    for text in texts:
+    for line in lines:
         # One line at a time: fasttext-predict's list form (multilinePredict)
-        # returns the labels without their probabilities (measured, 0.9.2.x).
-        labels, probs = model.predict(model_text(text, max_chars), k=2, threshold=0.0)
+        # returns the labels without their probabilities (measured, 0.9.2.4).
+        labels, probs = model.predict(line, k=2, threshold=0.0)
         p = 0.0
         for label, prob in zip(labels, probs):
             if label == LABEL_REFERENCE:

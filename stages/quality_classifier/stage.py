@@ -17,7 +17,7 @@ from common.errors import StageFailure
 from common.io import sha256_file, write_json_atomic
 from stages.base import Column, Figure, FitResult, Partitions, Stage, with_decision
 from stages.quality_classifier.config import Config
-from stages.quality_classifier.model import load_model, scores
+from stages.quality_classifier.model import line_scores, load_model, scores
 from stages.quality_classifier.train import (ALL, LABEL_REFERENCE, _sampled, _take, check_reference_files,
                                              count_documents, precision_recall, quantile,
                                              reference_file_documents, sample_documents, train_model,
@@ -158,7 +158,7 @@ class QualityClassifierStage(Stage):
         Returns:
             Facts ``{"reference", "per_language", "flags", "sample_docs",
             "models": {key: {"model_sha256", "available": {"positives",
-            "negatives"}, "train": {...}, "held_out": {...}, "held_out_pr":
+            "negatives"}, "train": {"positives", "negatives"}, "held_out_pr":
             [{"threshold", "precision", "recall", "positives", "negatives"},
             ...], "threshold", "threshold_from", "bucket_cutoffs"}},
             "skipped": {key: why}}``; a warning per skipped language.
@@ -200,7 +200,7 @@ class QualityClassifierStage(Stage):
             local = work_dir / _model_file(key)
             local.write_bytes(cached.read_bytes())
             model = load_model(str(local))
-            held_scores = scores(model, [d[4] for d in held], cfg.max_chars) if held else []
+            held_scores = line_scores(model, [d[4] for d in held])
             labels = [d[1] == LABEL_REFERENCE for d in held]
             corpus_scores = sorted(s for s, y in zip(held_scores, labels) if not y)
             if cfg.threshold is not None:
