@@ -19,7 +19,7 @@ from stages.base import Column, Figure, FitResult, Partitions, Stage, with_decis
 from stages.quality_classifier.config import Config
 from stages.quality_classifier.model import line_scores, load_model, scores
 from stages.quality_classifier.train import (ALL, LABEL_REFERENCE, _sampled, _take, check_reference_files,
-                                             count_documents, precision_recall, quantile,
+                                             count_documents, is_held_out, precision_recall, quantile,
                                              reference_file_documents, sample_documents, train_model,
                                              training_flags, training_lines)
 
@@ -30,6 +30,10 @@ UNSCORED = "unscored"
 #: The decision threshold of a two-class softmax, at which held-out precision
 #: and recall are always reported (besides the applied threshold).
 MODEL_BOUNDARY = 0.5
+#: A ``percentile`` whose threshold drops a share of the held-out corpus
+#: sample further than this from the percentile (ties at fastText's floor
+#: score) gets a warning; our choice: 5 points.
+TIE_TOLERANCE = 0.05
 
 
 def bucket_key(bucket: int) -> str:
@@ -124,10 +128,15 @@ class QualityClassifierStage(Stage):
             file_docs = sum(1 for _ in reference_file_documents(cfg.reference_files))
             available.setdefault(ALL, [0, 0])[0] = file_docs
 
-        def share(n: int) -> float:
-            return min(1.0, cfg.sample_docs / n) if n else 0.0
+        def share(want: float, n: int) -> float:
+            return min(1.0, want / n) if n else 0.0
 
-        draw = {key: (share(pos), share(neg)) for key, (pos, neg) in available.items()}
+        draw = {}
+        for key, (pos, neg) in available.items():
+            want = float(cfg.sample_docs)
+            if cfg.negatives_per_positive is not None:
+                want = min(want, cfg.negatives_per_positive * min(pos, cfg.sample_docs))
+            draw[key] = (share(cfg.sample_docs, pos), share(want, neg), share(cfg.sample_docs, neg))
         sample = [doc for part in partitions.map(
             functools.partial(sample_documents, reference_source=ref, per_language=cfg.per_language,
                               languages=cfg.languages, draw=draw, seed=seed,
@@ -135,7 +144,8 @@ class QualityClassifierStage(Stage):
             list(partitions.paths)) for doc in part]
         if cfg.reference_files:
             p = draw[ALL][0]
-            sample += [_sampled(doc_id, ALL, LABEL_REFERENCE, text, seed, cfg.holdout_fraction, cfg.max_chars)
+            sample += [_sampled(doc_id, ALL, LABEL_REFERENCE, text, seed,
+                                is_held_out(doc_id, seed, cfg.holdout_fraction), cfg.max_chars)
                        for doc_id, text in reference_file_documents(cfg.reference_files) if _take(doc_id, p, seed)]
         return available, sample
 
@@ -160,8 +170,11 @@ class QualityClassifierStage(Stage):
             "models": {key: {"model_sha256", "available": {"positives",
             "negatives"}, "train": {"positives", "negatives"}, "held_out_pr":
             [{"threshold", "precision", "recall", "positives", "negatives"},
-            ...], "threshold", "threshold_from", "bucket_cutoffs"}},
-            "skipped": {key: why}}``; a warning per skipped language.
+            ...], "threshold", "threshold_from", "held_out_corpus_dropped" (share
+            of the held-out corpus sample below the threshold),
+            "bucket_cutoffs"}}, "skipped": {key: why}}``; a warning per
+            skipped language, and one per model whose percentile fell on tied
+            scores (dropped share more than :data:`TIE_TOLERANCE` away).
         Raises:
             StageFailure: one multilingual model and too few positives or
                 negatives (``min_docs``), naming the counts.
@@ -178,6 +191,7 @@ class QualityClassifierStage(Stage):
         models: dict[str, Any] = {}
         facts: dict[str, Any] = {}
         skipped: dict[str, str] = {}
+        tied: list[str] = []
         reference = cfg.reference_source if cfg.reference_source is not None else list(cfg.reference_files)
         keys = sorted(set(available) | set(by_key) | ({ALL} if not cfg.per_language else set()))
         for key in keys:
@@ -215,19 +229,29 @@ class QualityClassifierStage(Stage):
             pr = [precision_recall(held_scores, labels, MODEL_BOUNDARY)]
             if threshold is not None and threshold != MODEL_BOUNDARY:
                 pr.append(precision_recall(held_scores, labels, threshold))
+            # the share of the held-out corpus sample the rule drops: scores
+            # pile up at fastText's floor (~1e-5), so a percentile can fall on
+            # a tie and drop far less (or, as threshold, more) than it says
+            drop_share = (round(sum(1 for v in corpus_scores if v < threshold) / len(corpus_scores), 4)
+                          if threshold is not None and corpus_scores else None)
+            if cfg.threshold is None and drop_share is not None and \
+                    abs(drop_share - cfg.percentile / 100) > TIE_TOLERANCE:
+                tied.append(f"model {key}: percentile {cfg.percentile:g} falls on tied scores ({threshold:g}); "
+                            f"the rule drops {drop_share:.1%} of the held-out corpus sample")
             models[key] = {"model": local.name, "threshold": threshold, "bucket_cutoffs": cutoffs}
             facts[key] = {"model_sha256": sha256_file(local),
                           "available": {"positives": available.get(key, [0, 0])[0],
                                         "negatives": available.get(key, [0, 0])[1]},
                           "train": {"positives": n_pos, "negatives": n_neg},
                           "held_out_pr": pr, "threshold": threshold, "threshold_from": source,
+                          "held_out_corpus_dropped": drop_share,
                           "bucket_cutoffs": cutoffs}
         load_model.cache_clear()
         write_json_atomic({"models": models}, work_dir / MODELS_JSON, indent=2, sort_keys=True,
                           ensure_ascii=True, final_newline=False)
         self._models_json = None
         warnings = tuple(f"language {key}: no quality model ({why}); its documents pass unscored"
-                         for key, why in sorted(skipped.items()))
+                         for key, why in sorted(skipped.items())) + tuple(tied)
         group = "langid_lang" if cfg.per_language else None
         name = (lambda k: k) if cfg.per_language else (lambda k: "")
         figure = Figure(kind="column_histogram", column="quality_classifier_score", group_by=group,

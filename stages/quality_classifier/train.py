@@ -93,27 +93,38 @@ def _take(doc_id: str, probability: float, seed: int) -> bool:
     return id_hash(doc_id, seed ^ _DRAW_SALT) < probability * 2.0 ** 64
 
 
-def _sampled(doc_id: str, key: str, label: str, text: str, seed: int, holdout_fraction: float,
+def is_held_out(doc_id: str, seed: int, holdout_fraction: float) -> bool:
+    """Whether a document is in the held-out split (a seeded id hash below
+    ``holdout_fraction``; independent of the draw into the sample)."""
+    from common.hashing import id_hash
+
+    return id_hash(doc_id, seed ^ _HOLDOUT_SALT) < holdout_fraction * 2.0 ** 64
+
+
+def _sampled(doc_id: str, key: str, label: str, text: str, seed: int, held_out: bool,
              max_chars: int) -> tuple[str, str, bool, int, str]:
     from common.hashing import id_hash
 
-    held_out = id_hash(doc_id, seed ^ _HOLDOUT_SALT) < holdout_fraction * 2.0 ** 64
     return key, label, held_out, id_hash(doc_id, seed ^ _ORDER_SALT), model_text(text, max_chars)
 
 
 def sample_documents(path, reference_source: str | None, per_language: bool, languages: list[str] | None,
-                     draw: dict[str, tuple[float, float]], seed: int, holdout_fraction: float,
+                     draw: dict[str, tuple[float, float, float]], seed: int, holdout_fraction: float,
                      max_chars: int) -> list[tuple[str, str, bool, int, str]]:
     """The sampled documents of one partition.
 
     Args:
-        draw: model key -> (probability of taking a positive, of a negative),
-            applied to a seeded hash of the document id (the same document is
-            taken whatever the partitioning or worker count).
+        draw: model key -> probabilities of taking (a positive, a negative
+            outside the held-out split, a held-out negative), applied to a
+            seeded hash of the document id (the same document is taken
+            whatever the partitioning or worker count). Training negatives
+            are drawn at a lower rate than held-out ones when the classes
+            are balanced (``negatives_per_positive``); the held-out
+            negatives stay a sample of the corpus as it is.
     Returns:
         ``(key, label, held_out, order, text)`` per taken document: label
-        :data:`LABEL_REFERENCE` or :data:`LABEL_CORPUS`, ``held_out`` by a
-        second seeded id hash (``holdout_fraction``), ``order`` a third (the
+        :data:`LABEL_REFERENCE` or :data:`LABEL_CORPUS`, ``held_out``
+        (:func:`is_held_out`), ``order`` a third seeded hash (the
         training file's order), ``text`` :func:`model_text`. O(taken
         documents x max_chars) memory. Top-level for ``Partitions.map``.
     """
@@ -123,9 +134,11 @@ def sample_documents(path, reference_source: str | None, per_language: bool, lan
         if key is None or key not in draw:
             continue
         positive = source == reference_source
-        if _take(doc_id, draw[key][0 if positive else 1], seed):
+        held_out = is_held_out(doc_id, seed, holdout_fraction)
+        rate = draw[key][0] if positive else draw[key][2 if held_out else 1]
+        if _take(doc_id, rate, seed):
             out.append(_sampled(doc_id, key, LABEL_REFERENCE if positive else LABEL_CORPUS, text, seed,
-                                holdout_fraction, max_chars))
+                                held_out, max_chars))
     return out
 
 

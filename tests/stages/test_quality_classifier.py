@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 
 from bench.multi import shuffle_words
 from stages.base import Partitions, StageContext
@@ -81,6 +82,8 @@ def test_classifier_separates_prose_from_its_word_salad_on_held_out_split(salad_
     # documents (docs/stages/quality_classifier.md); pinned with a margin
     assert at_half["precision"] >= 0.9
     assert at_half["recall"] >= 0.9
+    assert fit.warnings == ()
+    assert abs(model["held_out_corpus_dropped"] - 0.5) < 0.05
     # process: every document scored, reasons only below the threshold, buckets 0..9
     table = pq.read_table(paths[0])
     out = stage.process(table)
@@ -252,3 +255,26 @@ def test_build_config_refuses_an_unknown_reference_source():
     with pytest.raises(ConfigError, match="quality_classifier.reference_source: required key is missing"):
         parse_config({"sources": {"web": {"paths": ["x.jsonl"]}}, "perplexity": {"enabled": False},
                       "quality_classifier": {"enabled": True}})
+
+
+def test_a_percentile_on_tied_floor_scores_is_warned_about(tmp_path):
+    """Debian Reference (the sample's 93 documents) against 1,000 fortunes,
+    unbalanced (``negatives_per_positive: null``): most fortunes get
+    fastText's floor score, so the 10th percentile is a tie that drops far
+    fewer than 10% of the held-out corpus sample; fit says so."""
+    with open(SAMPLE / "web-fortunes.jsonl.zst", "rb") as fh:
+        text = zstandard.ZstdDecompressor().stream_reader(fh).read().decode("utf-8")
+    fortunes = [json.loads(line)["text"] for line in text.splitlines()[:1000]]
+    reference = pq.read_table(SAMPLE / "reference-debref.parquet")["text"].to_pylist()
+    rows = [(f"reference:{i}", "reference", t) for i, t in enumerate(reference)]
+    rows += [(f"web:{i}", "web", t) for i, t in enumerate(fortunes)]
+    path = tmp_path / "part.parquet"
+    pq.write_table(_table(rows), path)
+    stage = _stage(tmp_path, tmp_path / "cache", negatives_per_positive=None)
+    fit = stage.fit(Partitions([path], _local_map))
+    model = fit.facts["models"]["*"]
+    assert model["train"]["negatives"] > 10 * model["train"]["positives"]
+    assert model["held_out_corpus_dropped"] < 0.05
+    assert [w for w in fit.warnings if "falls on tied scores" in w] == [
+        f"model *: percentile 10 falls on tied scores ({model['threshold']:g}); the rule drops "
+        f"{model['held_out_corpus_dropped']:.1%} of the held-out corpus sample"]
