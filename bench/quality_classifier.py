@@ -107,6 +107,8 @@ EXPERIMENTS = {
     "kjv-salad dim 100 bucket 2M (fastText defaults)": {"dim": 100, "bucket": 2_000_000},
     "manpages-salad": {},
     "manpages-vs-fortunes": {},
+    "manpages-vs-fortunes 1 negative per positive": {"negatives_per_positive": 1.0},
+    "manpages-vs-fortunes 3 negatives per positive": {"negatives_per_positive": 3.0},
     "manpages-vs-fortunes per_language": {"per_language": True},
 }
 
@@ -130,8 +132,10 @@ def run(name: str, overrides: dict, root: Path, corpus: Path) -> None:
         applied = model["held_out_pr"][-1]
         size = (work / ("model-all.bin" if key == "*" else f"model-{key}.bin")).stat().st_size / 2 ** 20
         print(f"| {name} | {key} | {model['train']['positives']:,} / {model['train']['negatives']:,} | "
-              f"{at_half['positives']} / {at_half['negatives']} | {at_half['precision']} / {at_half['recall']} | "
-              f"{applied['threshold']:.4f} | {applied['precision']} / {applied['recall']} | {size:.0f} | "
+              f"{at_half['positives']} / {at_half['negatives']} | {model['held_out_auc']} | "
+              f"{at_half['precision']} / {at_half['recall']} | "
+              f"{applied['threshold']:.2g} ({model['held_out_corpus_dropped']:.1%}) | "
+              f"{applied['precision']} / {applied['recall']} | {size:.0f} | "
               f"{seconds:.0f} |", flush=True)
     for key, why in fit.facts["skipped"].items():
         print(f"| {name} | {key} | skipped: {why} |")
@@ -144,9 +148,9 @@ def main() -> None:
     args = parser.parse_args()
     if not (args.corpus / "dev-kjv.jsonl.zst").is_file():
         parser.error(f"{args.corpus}: no dev-kjv.jsonl.zst (pass --corpus)")
-    print("| experiment | model | train ref / corpus docs | held-out ref / corpus | P / R at 0.5 | "
-          "threshold (p10) | P / R at it | model MiB | fit s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| experiment | model | train ref / corpus docs | held-out ref / corpus | AUC | P / R at 0.5 | "
+          "threshold p10 (corpus dropped) | P / R at it | model MiB | fit s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, overrides in EXPERIMENTS.items():
             if args.only and name not in args.only:

@@ -14,12 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.errors import StageFailure
+from common.hashing import id_hash
 from common.io import sha256_file, write_json_atomic
 from stages.base import Column, Figure, FitResult, Partitions, Stage, with_decision
 from stages.quality_classifier.config import Config
 from stages.quality_classifier.model import line_scores, load_model, scores
 from stages.quality_classifier.train import (ALL, LABEL_REFERENCE, _sampled, _take, check_reference_files,
-                                             count_documents, is_held_out, precision_recall, quantile,
+                                             count_documents, is_held_out, precision_recall, quantile, roc_auc,
                                              reference_file_documents, sample_documents, train_model,
                                              training_flags, training_lines)
 
@@ -34,6 +35,8 @@ MODEL_BOUNDARY = 0.5
 #: sample further than this from the percentile (ties at fastText's floor
 #: score) gets a warning; our choice: 5 points.
 TIE_TOLERANCE = 0.05
+#: Salt of the id hash that picks which documents tied at the threshold drop.
+TIE_SALT = 0x71E5
 
 
 def bucket_key(bucket: int) -> str:
@@ -217,34 +220,32 @@ class QualityClassifierStage(Stage):
             held_scores = line_scores(model, [d[4] for d in held])
             labels = [d[1] == LABEL_REFERENCE for d in held]
             corpus_scores = sorted(s for s, y in zip(held_scores, labels) if not y)
-            if cfg.threshold is not None:
-                threshold, source = cfg.threshold, "threshold"
-            elif cfg.percentile is not None and corpus_scores:
-                threshold = round(quantile(corpus_scores, cfg.percentile / 100), 6)
-                source = f"p{cfg.percentile:g} of held-out corpus sample"
-            else:
-                threshold, source = None, "none"
-            cutoffs = ([round(quantile(corpus_scores, i / cfg.buckets), 6) for i in range(1, cfg.buckets)]
+            threshold, source, tie_fraction = self._threshold(corpus_scores)
+            cutoffs = ([quantile(corpus_scores, i / cfg.buckets) for i in range(1, cfg.buckets)]
                        if corpus_scores else None)
             pr = [precision_recall(held_scores, labels, MODEL_BOUNDARY)]
             if threshold is not None and threshold != MODEL_BOUNDARY:
                 pr.append(precision_recall(held_scores, labels, threshold))
-            # the share of the held-out corpus sample the rule drops: scores
-            # pile up at fastText's floor (~1e-5), so a percentile can fall on
-            # a tie and drop far less (or, as threshold, more) than it says
-            drop_share = (round(sum(1 for v in corpus_scores if v < threshold) / len(corpus_scores), 4)
-                          if threshold is not None and corpus_scores else None)
+            # the share of the held-out corpus sample the rule drops (ties at
+            # the threshold counted at tie_fraction)
+            drop_share = None
+            if threshold is not None and corpus_scores:
+                below = sum(1 for v in corpus_scores if v < threshold)
+                at = sum(1 for v in corpus_scores if v == threshold)
+                drop_share = round((below + tie_fraction * at) / len(corpus_scores), 4)
             if cfg.threshold is None and drop_share is not None and \
                     abs(drop_share - cfg.percentile / 100) > TIE_TOLERANCE:
-                tied.append(f"model {key}: percentile {cfg.percentile:g} falls on tied scores ({threshold:g}); "
-                            f"the rule drops {drop_share:.1%} of the held-out corpus sample")
-            models[key] = {"model": local.name, "threshold": threshold, "bucket_cutoffs": cutoffs}
+                tied.append(f"model {key}: percentile {cfg.percentile:g} gives threshold {threshold:g}, which "
+                            f"drops {drop_share:.1%} of the held-out corpus sample")
+            models[key] = {"model": local.name, "threshold": threshold, "tie_fraction": tie_fraction,
+                           "bucket_cutoffs": cutoffs}
             facts[key] = {"model_sha256": sha256_file(local),
                           "available": {"positives": available.get(key, [0, 0])[0],
                                         "negatives": available.get(key, [0, 0])[1]},
                           "train": {"positives": n_pos, "negatives": n_neg},
                           "held_out_pr": pr, "threshold": threshold, "threshold_from": source,
-                          "held_out_corpus_dropped": drop_share,
+                          "held_out_auc": roc_auc(held_scores, labels),
+                          "tie_fraction": tie_fraction, "held_out_corpus_dropped": drop_share,
                           "bucket_cutoffs": cutoffs}
         load_model.cache_clear()
         write_json_atomic({"models": models}, work_dir / MODELS_JSON, indent=2, sort_keys=True,
@@ -265,6 +266,26 @@ class QualityClassifierStage(Stage):
                                 "holdout_fraction": cfg.holdout_fraction,
                                 "models": facts, "skipped": skipped},
                          warnings=warnings, figures=(figure,))
+
+    def _threshold(self, corpus_scores: list[float]) -> tuple[float | None, str, float]:
+        """``(threshold, where it came from, tie_fraction)`` from the sorted
+        held-out corpus scores. fastText floors its probabilities (~1e-5),
+        so many documents can share the lowest score and a percentile can
+        fall on that tie; ``tie_fraction`` is then the share of the tied
+        documents to drop (chosen by a seeded id hash in :meth:`process`) so
+        that the rule drops the percentile's share of the sample, not none
+        or all of the tie. 0.0 for a fixed ``threshold``."""
+        cfg: Config = self.config
+        if cfg.threshold is not None:
+            return cfg.threshold, "threshold", 0.0
+        if cfg.percentile is None or not corpus_scores:
+            return None, "none", 0.0
+        threshold = quantile(corpus_scores, cfg.percentile / 100)
+        below = sum(1 for v in corpus_scores if v < threshold)
+        at = sum(1 for v in corpus_scores if v == threshold)
+        want = cfg.percentile / 100 * len(corpus_scores)
+        tie_fraction = round(min(1.0, (want - below) / at), 6) if at and want > below else 0.0
+        return threshold, f"p{cfg.percentile:g} of held-out corpus sample", tie_fraction
 
     # --------------------------------------------------------- process
 
@@ -302,16 +323,20 @@ class QualityClassifierStage(Stage):
                 values[i] = s
         buckets: list[int | None] = []
         reasons: list[str | None] = []
-        for key, value in zip(keys, values):
+        ids = table["id"].to_pylist()
+        for doc_id, key, value in zip(ids, keys, values):
             if value is None:
                 buckets.append(None)
                 reasons.append(None)
                 continue
             entry = models[key]
             cutoffs = entry["bucket_cutoffs"]
-            buckets.append(None if cutoffs is None else bisect.bisect_right(cutoffs, value))
+            # bisect_left: documents tied at the floor score go to the lowest bucket
+            buckets.append(None if cutoffs is None else bisect.bisect_left(cutoffs, value))
             threshold = entry["threshold"]
-            low = cfg.action == "drop" and threshold is not None and value < threshold
+            low = threshold is not None and (value < threshold or (
+                value == threshold and id_hash(doc_id, self.ctx.seed ^ TIE_SALT) < entry["tie_fraction"] * 2.0 ** 64))
+            low = low and cfg.action == "drop"
             reasons.append(REASON_LOW_SCORE if low else None)
         return with_decision(table, {
             "quality_classifier_score": pa.array(values, pa.float32()),

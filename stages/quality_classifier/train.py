@@ -293,6 +293,27 @@ def precision_recall(scores: list[float], labels: list[bool], threshold: float) 
             "recall": round(tp / pos, 4) if pos else None, "positives": pos, "negatives": len(labels) - pos}
 
 
+def roc_auc(scores: list[float], labels: list[bool]) -> float | None:
+    """Area under the ROC curve of the scores for the labels (True:
+    reference): the chance that a random reference document outscores a
+    random corpus document, ties counting one half (Mann-Whitney U). None
+    without both classes. O(n log n)."""
+    pos = sum(labels)
+    neg = len(labels) - pos
+    if not pos or not neg:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    rank_sum, i = 0.0, 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        mean_rank = (i + j) / 2 + 1
+        rank_sum += mean_rank * sum(1 for k in order[i:j + 1] if labels[k])
+        i = j + 1
+    return round((rank_sum - pos * (pos + 1) / 2) / (pos * neg), 4)
+
+
 def quantile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated ``q`` quantile (0..1) of non-empty sorted values
     (numpy's default method)."""
