@@ -82,7 +82,12 @@ class Config(StageConfig):
             10: drop the 10% of the corpus least like the reference. DCLM
             (Li et al. 2024) kept the top 10% by its fastText score on Common
             Crawl; a build of curated sources is not Common Crawl, so the
-            default drops only the tail. None (and no ``threshold``): score only.
+            default drops only the tail. Documents exactly tied at the
+            threshold drop at the share that realizes the percentile (seeded
+            id hash; ``tie_fraction`` in the facts). Measured on held-out
+            documents: documents the model trained on may score otherwise
+            (docs/stages/quality_classifier.md, limits). None (and no
+            ``threshold``): score only.
         buckets: number of score buckets: ``quality_classifier_bucket`` is 0
             (lowest) to ``buckets - 1``, split at equal-count quantiles of the
             held-out corpus sample's scores (10: deciles). Default 10.

@@ -60,8 +60,9 @@ class QualityClassifierStage(Stage):
     ``buckets - 1``, split at equal-count quantiles of the held-out corpus
     sample's scores; null when unscored). With ``action: drop`` a document
     scoring below the threshold (``threshold``, or the ``percentile`` of the
-    held-out corpus sample's scores) is dropped with reason
-    ``quality_classifier.low_score``. Tally: documents per bucket
+    held-out corpus sample's scores; of documents exactly at a percentile
+    threshold, the fit's ``tie_fraction`` by a seeded id hash) is dropped
+    with reason ``quality_classifier.low_score``. Tally: documents per bucket
     (``bucket_00`` ...) and ``unscored``.
     """
 
