@@ -29,7 +29,7 @@ MINDFORMERS := .venv-mindformers
 MF_STAMP    := $(MINDFORMERS)/.mindcorpus-setup
 
 # `corpus` needs only the build tools; `test` (and bench) need everything.
-setup-build: $(STAMP) tools/bin/lmplz
+setup-build: $(STAMP) tools/bin/lmplz tools/bin/fasttext
 
 setup: setup-build $(TOK015)/bin/python $(REFTOK)/qwen.tiktoken $(REFTOK)/tekken_240911.json $(MF_STAMP)
 
@@ -41,6 +41,10 @@ $(STAMP): pyproject.toml
 
 tools/bin/lmplz: tools/build_kenlm.sh | $(STAMP)
 	bash tools/build_kenlm.sh $(VENV)
+
+# fastText's CLI trains the quality classifier (the venv's fasttext-predict only infers).
+tools/bin/fasttext: tools/build_fasttext.sh | tools/bin/lmplz   # build_kenlm.sh installs g++
+	bash tools/build_fasttext.sh $(VENV)
 
 $(TOK015)/bin/python:
 	$(PYTHON) -m venv $(TOK015)

@@ -391,6 +391,11 @@ def _cross_checks(cfg) -> list[str]:
                       "the KenLM models; or set perplexity.enabled: false)")
     elif cfg.perplexity.enabled and ref not in names:
         errors.append(f"perplexity.reference_source: {ref!r} is not a configured source")
+    quality = getattr(cfg, "quality_classifier", None)
+    if quality is not None and quality.enabled and quality.reference_source is not None \
+            and quality.reference_source not in names:
+        errors.append(f"quality_classifier.reference_source: {quality.reference_source!r} is not a configured "
+                      f"source (sources: {', '.join(sorted(names))})")
     budget, window = cfg.mixture.token_budget, cfg.output.seq_length + 1
     if budget is not None and budget < window:
         errors.append(f"output.seq_length: a sample holds seq_length + 1 = {window:,} tokens, more than "

@@ -215,7 +215,7 @@ def test_stages_describe_themselves():
     from pipeline.contract import describe, format_stages
 
     found = {s["name"]: s for s in describe()}
-    assert [s["order"] for s in describe()] == [100, 150, 200, 300, 400, 450, 500, 600, 700]
+    assert [s["order"] for s in describe()] == [100, 150, 200, 300, 350, 400, 450, 500, 600, 700]
     assert found["heuristics"]["reads"] == {"langid_lang": [
         "the word segmenter and the rule thresholds follow the language", "langid"]}
     assert found["tokenize"]["can_disable"] == "no: the assembly packs its token ids (tokenize_input_ids)"
