@@ -145,7 +145,9 @@ def test_explain_names_the_min_words_rule_value_and_threshold(built):
     assert result["failing"]["name"] == "min_words"
     assert (result["failing"]["value"], result["failing"]["limit"], result["failing"]["margin"]) == (4, limit,
                                                                                                     4 - limit)
-    assert [s["ran"] for s in result["stages"]] == [True, True, False, False, False, False]
+    order = built["manifest"]["stage_order"]
+    assert order[:2] == ["langid", "heuristics"] and "pii" in order      # pii runs by default
+    assert [s["ran"] for s in result["stages"]] == [True, True] + [False] * (len(order) - 2)
     res = CliRunner().invoke(app, ["explain", str(vdir), planted])
     assert res.exit_code == 0, res.output
     assert f"DROPPED by heuristics: heuristics.min_words (value 4, threshold min {limit}, margin {4 - limit})" \

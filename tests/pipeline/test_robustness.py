@@ -239,7 +239,7 @@ def test_run_log_and_heartbeat(bad_build):
     events = [json.loads(x) for x in (result.version_dir / "run.log.jsonl").read_text().splitlines()]
     kinds = [e["event"] for e in events]
     assert kinds[0] == "build_start" and kinds[-1] == "publish"
-    assert "ingest_done" in kinds and kinds.count("stage_done") == 5  # perplexity disabled
+    assert "ingest_done" in kinds and kinds.count("stage_done") == 6  # perplexity disabled, pii on
     assert all(e["ts"].endswith("+00:00") for e in events)
     beat = json.loads((root / "corpora" / ".work" / "b1" / "heartbeat.json").read_text())
     assert beat["stage"] == "assemble-index" and beat["done"] == beat["total"]  # the last assembly phase
