@@ -135,3 +135,14 @@ def yaml_codes(value):
     if isinstance(value, dict):
         return {("no" if k is False else k): v for k, v in value.items()}
     return value
+
+
+def canonical_list(value):
+    """A config list of language codes as a field validator reads it (mode
+    "before"): YAML's ``no`` undone (:func:`yaml_codes`), each code made
+    canonical (:func:`canonical`), repeats dropped in first-seen order. A
+    value that is not a list is returned for validation to judge."""
+    value = yaml_codes(value)
+    if isinstance(value, list):
+        return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
+    return value

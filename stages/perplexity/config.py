@@ -8,7 +8,7 @@ from typing import Callable, Literal
 import pydantic
 
 from stages.base import StageConfig
-from stages.lang_codes import canonical, canonical_keys, yaml_codes
+from stages.lang_codes import canonical_keys, canonical_list, yaml_codes
 
 class Config(StageConfig):
     """Perplexity stage config (``stages.perplexity`` in the build config).
@@ -227,10 +227,7 @@ class Config(StageConfig):
     @pydantic.field_validator("languages", "require_models", mode="before")
     @classmethod
     def _canonical_list(cls, value):
-        value = yaml_codes(value)
-        if isinstance(value, list):
-            return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
-        return value
+        return canonical_list(value)
 
     def language_codes(self) -> dict[str, list[str]]:
         """The codes this section names, by field."""

@@ -8,7 +8,7 @@ from typing import Literal
 import pydantic
 
 from stages.base import StageConfig
-from stages.lang_codes import canonical, yaml_codes
+from stages.lang_codes import canonical_list
 
 
 class Config(StageConfig):
@@ -143,10 +143,7 @@ class Config(StageConfig):
     @pydantic.field_validator("languages", mode="before")
     @classmethod
     def _canonical_list(cls, value):
-        value = yaml_codes(value)
-        if isinstance(value, list):
-            return list(dict.fromkeys(canonical(v) if isinstance(v, str) else v for v in value))
-        return value
+        return canonical_list(value)
 
     @pydantic.field_validator("lr")
     @classmethod
