@@ -39,6 +39,22 @@ def id_hash(doc_id: str, seed: int) -> int:
     return xxhash.xxh64_intdigest(doc_id.encode("utf-8"), seed=seed & 0xFFFFFFFFFFFFFFFF)
 
 
+def phase_seed(seed: int, phase: int) -> int:
+    """The seed of mixture phase ``phase`` (0, 1, ...): ``seed`` itself for
+    phase 0 (so a version without phases orders and samples as before), and
+    ``(seed + phase * 0x9E3779B97F4A7C15) mod 2^64`` (the golden-ratio
+    increment of SplitMix64) for later phases, so each phase draws its
+    documents and orders its copies independently of the others
+    (``stages.mixture``, ``pipeline.assemble``).
+
+    Raises:
+        ValueError: ``phase < 0``.
+    """
+    if phase < 0:
+        raise ValueError(f"phase must be >= 0, got {phase}")
+    return (seed + phase * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF if phase else seed
+
+
 def id_hashes(doc_ids: Sequence[str], seed: int):
     """:func:`id_hash` of each id, as a numpy ``uint64[len(doc_ids)]`` (numpy
     is imported here, not with the module: ``pipeline.layout`` and the

@@ -64,7 +64,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from common.errors import naming_path
-from common.hashing import id_hashes
+from common.hashing import id_hashes, phase_seed
 from common.io import commit, sha256_file, temp_path, write_bytes_atomic, write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
 from pipeline import layout
@@ -313,11 +313,26 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
     table, _ = read_view(ref, None, kept=True, cache=cache)
     result: dict[str, Any] = {"order": {}, "documents": table.num_rows, "decisions": {}, "schemas": {}}
 
-    # (a) copies to order buckets
+    # (a) copies to order buckets, phase by phase (one phase without a schedule)
     ids = table["id"].to_pylist()
-    repeats = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64)
-    hashes = id_hashes(ids, task["seed"])
-    entry, repeat, keys = copy_keys(hashes, repeats)
+    phase_buckets = task.get("phase_buckets") or [[0, task["order_buckets"]]]
+    if len(phase_buckets) > 1:
+        per_phase = np.asarray(table["mixture_phase_repeats"].to_pylist(), np.int64).reshape(len(ids), -1)
+        if per_phase.shape[1] != len(phase_buckets):
+            raise BuildError(f"mixture_phase_repeats has {per_phase.shape[1]} phases, the schedule "
+                             f"{len(phase_buckets)}")
+    else:
+        per_phase = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 1)
+    before = np.cumsum(per_phase, axis=1) - per_phase  # copies of earlier phases: repeat numbers go on
+    entries, repeats_, keys_, buckets_ = [], [], [], []
+    for p, (first_bucket, num_buckets) in enumerate(phase_buckets):
+        e, r, k = copy_keys(id_hashes(ids, phase_seed(task["seed"], p)), per_phase[:, p])
+        entries.append(e)
+        repeats_.append(r + before[e, p])
+        keys_.append(k)
+        buckets_.append(first_bucket + order_bucket_of(k, num_buckets))
+    entry, repeat, keys = (np.concatenate(x) for x in (entries, repeats_, keys_))
+    buckets = np.concatenate(buckets_)
     take = pa.array(entry)
     carried = [c for c in task["decision_columns"] if c in table.column_names]
     copies = pa.table({
@@ -330,7 +345,6 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
         "line": table["line"].take(take),
         **{c: table[c].take(take) for c in carried},
     })
-    buckets = order_bucket_of(keys, task["order_buckets"])
     write_buckets(copies, buckets, spill / "order" / name)
     lengths = pc.list_value_length(copies["tokens"]).to_numpy(zero_copy_only=False).astype(np.int64) \
         if copies.num_rows else np.zeros(0, np.int64)
@@ -368,9 +382,12 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
 
     Args:
         task: ``bucket``, ``order_files`` (phase-1 spill files, partition
-            order), ``offset`` (global token offset of the bucket),
-            ``num_samples`` (``concat_split``: total windows of the version),
-            ``method``, ``seq_length``, ``pad_id``, ``seed``, ``shuffle_bits``,
+            order), ``offset`` (token offset of the bucket in its mixture
+            phase's stream), ``num_samples`` (``concat_split``: windows of
+            the phase), ``sample_base`` (windows of the earlier phases),
+            ``method``, ``seq_length``, ``pad_id``, ``seed``, ``shuffle_bits``
+            and ``shuffle_offset`` (the phase's shuffle buckets are
+            ``shuffle_offset + [0, 2**shuffle_bits)``),
             ``decision_columns``, ``spill``, ``marker``.
 
     Returns:
@@ -400,7 +417,7 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
     name = f"pack-{b:05d}.parquet"
 
     if task["method"] == "concat_split":
-        offset, total = task["offset"], task["num_samples"]
+        offset, total, base = task["offset"], task["num_samples"], task.get("sample_base", 0)
         sample, entry, doc_start, doc_end, s_start, s_end = pack_pieces(lengths, offset, window, total)
         first_full = -(-offset // window)
         last_full = min((offset + len(stream)) // window, total) - 1
@@ -413,12 +430,12 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
             fragments = _segment_table(np.zeros(int(frag.sum()), np.uint64), copies, entry[frag],
                                        doc_start[frag], doc_end[frag], s_start[frag], s_end[frag], carried)
             fragments = fragments.drop_columns(["key"]).add_column(
-                0, "sample", pa.array(sample[frag], pa.int64())).append_column(
+                0, "sample", pa.array(base + sample[frag], pa.int64())).append_column(
                 "tokens", pa.array(piece_tokens, pa.list_(value_type)))
             _write_table(fragments, spill / "fragments" / name, 1 << 20)
             result["fragments"] = int(frag.sum())
         n_full = max(0, last_full - first_full + 1)
-        ks = np.arange(first_full, first_full + n_full, dtype=np.int64)
+        ks = base + np.arange(first_full, first_full + n_full, dtype=np.int64)
         start = first_full * window - offset
         samples = stream[start:start + n_full * window].reshape(n_full, window) if n_full else \
             np.zeros((0, window), stream.dtype)
@@ -441,7 +458,7 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
 
     keys = sample_shuffle_keys(ks.astype(np.uint64), task["seed"]) if n_full else np.zeros(0, np.uint64)
     offsets, values = _ends_lists(seg_local, seg[4], n_full, seq_length)
-    buckets = shuffle_bucket_of(keys, task["shuffle_bits"])
+    buckets = task.get("shuffle_offset", 0) + shuffle_bucket_of(keys, task["shuffle_bits"])
     sample_table = pa.table({
         "key": pa.array(keys, pa.uint64()),
         "tokens": pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(samples).reshape(-1),
@@ -461,10 +478,12 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shuffle_bits: int,
+def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shuffle_bits: int | list[list[int]],
                      spill: Path, chunk: int = 4096) -> dict[str, Any]:
     """Driver: the windows that cross order-bucket edges, from the pieces the
     pack tasks left, in bucket order (one window in memory at a time).
+    ``shuffle_bits``: the bits of the one phase, or per mixture phase
+    ``[first window, shuffle bits, shuffle offset]`` in phase order.
 
     Returns:
         ``{"counts": {shuffle bucket: samples}, "samples", "width", "files"}``.
@@ -472,6 +491,7 @@ def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shu
     from pipeline.packing import sample_shuffle_keys
 
     window = seq_length + 1
+    phases = [[0, shuffle_bits, 0]] if isinstance(shuffle_bits, int) else shuffle_bits
     out = {"counts": {}, "samples": 0, "width": 1, "files": []}
     done_samples: list[tuple[int, np.ndarray, pa.Table]] = []
     current: tuple[int, list[np.ndarray], list[pa.Table]] | None = None
@@ -481,7 +501,10 @@ def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shu
             return
         ks = np.array([d[0] for d in done_samples], np.int64)
         keys = sample_shuffle_keys(ks.astype(np.uint64), seed)
-        buckets = shuffle_bucket_of(keys, shuffle_bits)
+        buckets = np.zeros(len(ks), np.int64)
+        phase = np.searchsorted(np.array([p[0] for p in phases]), ks, side="right") - 1
+        for p, (_, bits, shuffle_offset) in enumerate(phases):
+            buckets[phase == p] = shuffle_offset + shuffle_bucket_of(keys[phase == p], bits)
         segs = [d[2] for d in done_samples]
         seg_local = np.concatenate([np.full(s.num_rows, i, np.int64) for i, s in enumerate(segs)])
         seg = pa.concat_tables(segs)
@@ -576,12 +599,14 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
             ``eod_mask_loss``, ``shifted_page``, ``shifted_header``; with
             ``megatron``: ``megatron_dtype`` (numpy name) and
             ``megatron_lengths`` (the part file of this shard's sequence
-            lengths).
+            lengths); with mixture phases, ``phase_starts`` (the first
+            sample index of each phase).
 
     Returns:
         ``{"shard": {name, sha256, db_sha256, rows, bytes} (only ``rows``
         when ``mindrecord`` is not written), "files": {lineage part: sha256},
         "tokens_by_source": {source: tokens}, "segments": rows, "node": ...}``
+        (with ``phase_starts`` also ``"tokens_by_phase_source": {phase: {source: tokens}}``)
         plus ``"shifted"`` (the shifted shard's entry) and ``"megatron"``
         (``{"first_byte", "bytes", "sha256", "sequences"}`` of its ``.bin``
         range) for those formats.
@@ -622,6 +647,9 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
     rel = f"{layout.LINEAGE}/{layout.part_name(s)}"
     lineage = _RowGroupWriter(tmp / rel, LINEAGE_ROW_GROUP)
     by_source: dict[str, int] = {}
+    # First sample of each mixture phase (None without a schedule).
+    phase_starts = np.asarray(task["phase_starts"], np.int64) if task.get("phase_starts") else None
+    by_phase: dict[str, dict[str, int]] = {}
     by_doc_dir = Path(task["spill"]) / "by_doc"
     rows_written = 0
     for bucket, start, count in task["buckets"]:
@@ -674,6 +702,14 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
             [("tokens", "sum")])
         for src, n in zip(grouped["source"].to_pylist(), grouped["tokens_sum"].to_pylist()):
             by_source[src] = by_source.get(src, 0) + int(n)
+        if phase_starts is not None:
+            phase = np.searchsorted(phase_starts, si, side="right") - 1
+            grouped = pa.table({"phase": phase, "source": segs["source"], "tokens": lengths}).group_by(
+                ["phase", "source"]).aggregate([("tokens", "sum")])
+            for p, src, n in zip(grouped["phase"].to_pylist(), grouped["source"].to_pylist(),
+                                 grouped["tokens_sum"].to_pylist()):
+                entry_p = by_phase.setdefault(str(p), {})
+                entry_p[src] = entry_p.get(src, 0) + int(n)
     if rows_written != stop - first:
         raise BuildError(f"shard {s}: {rows_written} samples for positions {first}..{stop - 1}")
     shard: dict[str, Any] = {"rows": int(stop - first)}
@@ -686,6 +722,8 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
 
     result: dict[str, Any] = {"shard": shard, "files": {}, "tokens_by_source": by_source,
                               "segments": lineage.rows, "node": current_node()}
+    if phase_starts is not None:
+        result["tokens_by_phase_source"] = by_phase
     if shifted is not None:
         shifted.close()
         spath = tmp / shifted_name
@@ -744,7 +782,8 @@ def _sum_counts(dicts) -> dict[int, int]:
 def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_reports: dict[str, Any],
              bytes_per_char: float, pad_id: int, planned_tokens: int, target_shares: dict[str, float] | None,
              decision_columns: list[str], work: Path, tmp: Path,
-             executor, runlog, fingerprint: str, max_token_id: int | None = None) -> dict[str, Any]:
+             executor, runlog, fingerprint: str, max_token_id: int | None = None,
+             phases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write the samples, lineage, documents and decisions of a version into
     ``tmp`` (see the module docstring), resuming a killed assembly.
 
@@ -770,6 +809,12 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         max_token_id: the tokenizer's largest id (the Megatron token
             dtype, :func:`pipeline.megatron.token_dtype`); needed only with
             the ``megatron`` format.
+        phases: the mixture's ``phases`` export (None: one mixture): per
+            phase ``name``, ``token_budget``, ``planned_tokens`` and
+            ``target_shares``. Each phase is ordered, packed and shuffled on
+            its own, and written after the previous one: phase ``k``'s
+            samples are the rows ``[first_sample, first_sample +
+            num_samples)``, and no sample holds tokens of two phases.
 
     Returns:
         Manifest entries: ``seq_length``, ``num_samples``, ``num_tokens``,
@@ -777,7 +822,11 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         ``rows`` per shard when ``mindrecord`` is not among the formats: the
         row cut of the lineage parts and of ``shifted/``), ``formats``
         (:func:`_format_entries`), ``layout``, ``files`` (sha256 of each
-        written table part), ``decision_rows``.
+        written table part), ``decision_rows``; with ``phases`` also
+        ``phases``: per phase ``name``, ``token_budget``, ``first_sample``,
+        ``num_samples``, ``tokens_sampled``, ``tokens_packed``,
+        ``tokens_dropped_tail``, ``padding_tokens`` and ``packed_per_source``
+        (realized against the phase's target shares).
 
     Raises:
         BuildError: no sample can be packed; an internal count disagrees;
@@ -805,11 +854,26 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     forget()
 
     total_tokens = int(planned_tokens or 0)
+    schedule = phases or [{"name": None, "planned_tokens": total_tokens, "target_shares": target_shares}]
     # best fit pads a short corpus into one sample; concat-split needs a window
-    if total_tokens < (window if method == "concat_split" else 1):
-        raise BuildError(f"the sampled documents hold {total_tokens} tokens, fewer than seq_length + 1 = "
-                         f"{window}: no sample can be packed (lower output.seq_length or add data)")
-    order_buckets = max(1, math.ceil(total_tokens / out_cfg.order_bucket_tokens))
+    for phase in schedule:
+        if int(phase["planned_tokens"] or 0) < (window if method == "concat_split" else 1):
+            what = f"mixture phase {phase['name']}'s" if phase["name"] is not None else "the"
+            raise BuildError(f"{what} sampled documents hold {int(phase['planned_tokens'] or 0)} tokens, fewer "
+                             f"than seq_length + 1 = {window}: no sample can be packed (lower "
+                             f"output.seq_length, raise the phase's token_budget or add data)")
+    if sum(int(p["planned_tokens"]) for p in schedule) != total_tokens:
+        raise BuildError(f"the mixture phases plan {sum(int(p['planned_tokens']) for p in schedule)} tokens, "
+                         f"in all {total_tokens}")
+    # Per phase: [first order bucket, order buckets]; bucket ranges follow
+    # each other, so phase k's copies come after phase k - 1's.
+    phase_buckets, running = [], 0
+    for phase in schedule:
+        count = max(1, math.ceil(int(phase["planned_tokens"]) / out_cfg.order_bucket_tokens))
+        phase_buckets.append([running, count])
+        running += count
+    order_buckets = running
+    phase_of_bucket = np.repeat(np.arange(len(schedule)), [c for _, c in phase_buckets])
     kept_chars = stage_reports[list(stage_reports)[-1]]["totals"]["kept_chars"]
     doc_parts = layout.parts_for(int(kept_chars * bytes_per_char), out_cfg.table_part_bytes)
     decision_parts = {}
@@ -820,7 +884,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
 
     # phase 1: emit
     emit_tasks = [{"kind": "emit", "part": part, "index": i, "stages": stage_depths, "seed": cfg.seed,
-                   "order_buckets": order_buckets, "doc_parts": doc_parts, "decision_parts": decision_parts,
+                   "order_buckets": order_buckets, **({"phase_buckets": phase_buckets} if phases else {}),
+                   "doc_parts": doc_parts, "decision_parts": decision_parts,
                    "decision_columns": list(decision_columns), "spill": str(spill),
                    "marker": str(markers / f"emit-{i:05d}.json")} for i, part in enumerate(final_parts)]
     tracker = runlog.tracker("assemble-emit", len(emit_tasks))
@@ -837,21 +902,45 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     copies = sum(v[0] for v in order_sums.values())
     if tokens != total_tokens:
         raise BuildError(f"the partitions hold {tokens} sampled tokens, the mixture planned {total_tokens}")
+    phase_tokens = [sum(order_sums.get(b, [0, 0])[1] for b in range(first, first + count))
+                    for first, count in phase_buckets]
+    for phase, have in zip(schedule, phase_tokens):
+        if have != int(phase["planned_tokens"]):
+            raise BuildError(f"the partitions hold {have} tokens of mixture phase {phase['name']}, the mixture "
+                             f"planned {phase['planned_tokens']}")
     part_files = [spill / "order" / f"part-{i:05d}.parquet" for i in range(len(final_parts))]
-    num_samples = tokens // window if method == "concat_split" else None
-    estimate = tokens // window + 1
-    shuffle_bits = _bits_for(estimate, out_cfg.shuffle_bucket_samples)
+    phase_samples = [t // window for t in phase_tokens] if method == "concat_split" else None
+    num_samples = sum(phase_samples) if phase_samples is not None else None
+    # Per phase: shuffle bits and the first of its shuffle buckets (the
+    # phase's samples are written after all samples of earlier phases).
+    phase_shuffle, running = [], 0
+    for t in phase_tokens:
+        bits = _bits_for(t // window + 1, out_cfg.shuffle_bucket_samples)
+        phase_shuffle.append([bits, running])
+        running += 1 << bits
+    shuffle_buckets = running
+    shuffle_bits = phase_shuffle[0][0]
+    sample_base = np.cumsum([0] + (phase_samples or [0] * len(schedule)))[:-1].tolist()
 
     # phase 2: pack + table parts
     offsets, running = {}, 0
     for b in range(order_buckets):
+        if b == phase_buckets[int(phase_of_bucket[b])][0]:
+            running = 0  # each phase is its own token stream
         offsets[b] = running
         running += order_sums.get(b, [0, 0])[1]
-    tasks = [{"kind": "pack", "bucket": b, "order_files": [str(p) for p in part_files], "offset": offsets[b],
-              "num_samples": num_samples, "method": method, "seq_length": seq_length, "pad_id": pad_id,
-              "seed": cfg.seed, "shuffle_bits": shuffle_bits, "decision_columns": list(decision_columns),
-              "spill": str(spill), "marker": str(markers / f"pack-{b:05d}.json")}
-             for b in range(order_buckets) if order_sums.get(b, [0, 0])[0]]
+    tasks = []
+    for b in range(order_buckets):
+        if not order_sums.get(b, [0, 0])[0]:
+            continue
+        p = int(phase_of_bucket[b])
+        tasks.append({"kind": "pack", "bucket": b, "order_files": [str(f) for f in part_files], "offset": offsets[b],
+                      "num_samples": None if phase_samples is None else phase_samples[p],
+                      **({"sample_base": sample_base[p], "shuffle_offset": phase_shuffle[p][1]} if phases else {}),
+                      "method": method, "seq_length": seq_length, "pad_id": pad_id,
+                      "seed": cfg.seed, "shuffle_bits": phase_shuffle[p][0],
+                      "decision_columns": list(decision_columns),
+                      "spill": str(spill), "marker": str(markers / f"pack-{b:05d}.json")})
     schema_dir = markers / "schemas"
 
     def unified(key: str) -> pa.Schema:
@@ -900,7 +989,9 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                     f.unlink()
             fragment_files = [spill / "fragments" / n for n in sample_names
                               if (spill / "fragments" / n).exists()]
-            stitched = stitch_fragments(fragment_files, seq_length, cfg.seed, shuffle_bits, spill)
+            stitched = stitch_fragments(fragment_files, seq_length, cfg.seed, [
+                [sample_base[p], bits, offset] for p, (bits, offset) in enumerate(phase_shuffle)]
+                if phases else shuffle_bits, spill)
             _write_json(stitched, stitch_state)
         counts = _sum_counts([counts, stitched["counts"]])
         width = max(width, stitched["width"])
@@ -944,6 +1035,12 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     for j in sorted(counts):
         starts[j] = running
         running += counts[j]
+    # Samples and first sample of each phase: its shuffle buckets are a
+    # contiguous range after the earlier phases'.
+    phase_rows = [sum(counts.get(j, 0) for j in range(offset, offset + (1 << bits))) for bits, offset in phase_shuffle]
+    phase_first = np.cumsum([0] + phase_rows)[:-1].tolist()
+    if phase_samples is not None and phase_rows != phase_samples:
+        raise BuildError(f"packed {phase_rows} samples per mixture phase, expected {phase_samples}")
     segments_estimate = copies + total
     # ~300 bytes per lineage row in memory (ids, source, file and the decisions)
     by_doc_parts = layout.parts_for(segments_estimate * 300, out_cfg.table_part_bytes)
@@ -958,6 +1055,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                             "seq_length": seq_length, "width": width, "page": page, "header": header,
                             "by_doc_parts": by_doc_parts, "tmp": str(tmp), "spill": str(spill),
                             "megatron_lengths": str(spill / _LENGTHS_SPILL / f"lengths-{s:05d}.npy"), **extra,
+                            **({"phase_starts": phase_first} if phases else {}),
                             "marker": str(markers / f"shard-{s:05d}.json")})
     tracker = runlog.tracker("assemble-shards", len(shard_tasks))
     try:
@@ -996,6 +1094,24 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
 
     packed_tokens = total * window - sum(r["padding"] for r in packed)
     padding = sum(r["padding"] for r in packed)
+    phase_entries = None
+    if phases:
+        phase_entries = []
+        for p, phase in enumerate(schedule):
+            by_src: dict[str, int] = {}
+            for w in written:
+                for src, n in w.get("tokens_by_phase_source", {}).get(str(p), {}).items():
+                    by_src[src] = by_src.get(src, 0) + int(n)
+            pad = sum(r["padding"] for t, r in zip([t for t in tasks if t["kind"] == "pack"], packed)
+                      if int(phase_of_bucket[t["bucket"]]) == p)
+            packed_p = phase_rows[p] * window - pad
+            phase_entries.append({
+                "name": phase["name"], "token_budget": phase.get("token_budget"),
+                "first_sample": int(phase_first[p]), "num_samples": int(phase_rows[p]),
+                "tokens_sampled": int(phase_tokens[p]), "tokens_packed": int(packed_p),
+                "tokens_dropped_tail": int(phase_tokens[p] - packed_p) if method == "concat_split" else 0,
+                "padding_tokens": int(pad),
+                "packed_per_source": packed_per_source(by_src, phase.get("target_shares"))})
     runlog.echo(f"[assemble] {total} samples of {window} tokens ({method}) in {len(shards)} shard(s)")
     return {
         "seq_length": seq_length,
@@ -1010,7 +1126,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                     "packed_per_source": packed_per_source(by_source, target_shares)},
         "shards": shards,
         "formats": format_entries,
-        "layout": {"format": 2, "order_buckets": order_buckets, "shuffle_buckets": 1 << shuffle_bits,
+        **({"phases": phase_entries} if phases else {}),
+        "layout": {"format": 2, "order_buckets": order_buckets, "shuffle_buckets": shuffle_buckets,
                    "documents_parts": doc_parts, "excerpts_parts": doc_parts,
                    "lineage_by_doc_parts": by_doc_parts, "decisions_parts": decision_parts},
         "files": files,

@@ -890,7 +890,7 @@ def assemble_phase(cfg, ingested: Ingested, staged: Staged, work: Path, tmp: Pat
     carried = lineage_columns(list(staged.reports), tuple(cfg.plugins))
     out = assemble(cfg, staged.final, depths, staged.reports, ingested.bytes_per_char,
                    pad_id=staged.exports["pad_id"], planned_tokens=staged.exports["planned_tokens"],
-                   target_shares=staged.exports.get("target_shares"),
+                   target_shares=staged.exports.get("target_shares"), phases=staged.exports.get("phases"),
                    decision_columns=[c["name"] for c in carried],
                    work=work / "assemble", tmp=tmp, executor=executor, runlog=runlog, fingerprint=fingerprint,
                    max_token_id=staged.reports[staged.provided_by["tokenizer"]]["fit"].get("max_token_id"))

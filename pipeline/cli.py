@@ -147,6 +147,12 @@ def output_table(manifest: dict[str, Any]) -> Table:
                      f"{manifest['num_tokens']:,} tokens in {len(manifest['shards'])} shard(s); "
                      f"documents in {acc['documents_in']:,} = kept {acc['kept']:,} + dropped "
                      f"{acc['dropped']:,} + quarantined {acc['quarantined']:,}")
+    for phase in manifest.get("phases") or ():
+        worst = max((abs(v["share_error_pp"]) for v in phase["packed_per_source"].values()
+                     if v["share_error_pp"] is not None), default=0.0)
+        table.caption += (f"\nphase {phase['name']}: samples {phase['first_sample']:,}.."
+                          f"{phase['first_sample'] + phase['num_samples'] - 1:,}, {phase['tokens_sampled']:,} tokens "
+                          f"sampled of a {phase['token_budget']:,} budget, worst source share error {worst:.2f} pp")
     return table
 
 

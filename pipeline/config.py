@@ -400,6 +400,22 @@ def _cross_checks(cfg) -> list[str]:
     if budget is not None and budget < window:
         errors.append(f"output.seq_length: a sample holds seq_length + 1 = {window:,} tokens, more than "
                       f"mixture.token_budget = {budget:,}: no sample could be packed")
+    for k, phase in enumerate(getattr(cfg.mixture, "phases", None) or ()):
+        for src in phase.weights:
+            if src not in names:
+                errors.append(f"mixture.phases.{k}.weights.{src}: not a configured source "
+                              f"(sources: {', '.join(sorted(names))})")
+        missing = names - set(phase.weights)
+        if phase.weights and missing:
+            errors.append(f"mixture.phases.{k}.weights: no weight for source(s) {', '.join(sorted(missing))} "
+                          "(give every source a weight, 0 to leave it out of the phase)")
+        if phase.token_budget < window:
+            errors.append(f"mixture.phases.{k}.token_budget: {phase.token_budget:,} tokens, fewer than a sample "
+                          f"(seq_length + 1 = {window:,}): every phase packs its own samples")
+    if getattr(cfg.mixture, "phases", None) and "megatron" in cfg.output.formats:
+        errors.append("output.formats: megatron cannot carry mixture.phases (mindformers' GPTDataset re-packs and "
+                      "re-shuffles the documents of the .bin/.idx, so the schedule would be lost); use mindrecord "
+                      "or mindrecord_shifted")
     return errors
 
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from common.checks import check_int
 from pipeline import layout
 from pipeline.manifest import load_manifest
-from pipeline.order import check_dp, epoch_positions, sample_position, step_positions, stream_samples
+from pipeline.order import Stream, check_dp, sample_position, step_positions
 
 # Epochs a reverse lookup (--doc) lists at most: each costs one inverse
 # permutation per piece; our bound on the output.
@@ -333,7 +333,8 @@ def lineage_for_step(
     Returns one dict per sample, by step, then in loader order (rank 0's
     samples first, each rank's in its batch order, as
     ``pipeline.order.rank_samples``):
-    ``step``, ``epoch``, ``position`` (stream position), ``sample_index``
+    ``step``, ``epoch``, ``position`` (stream position), ``phase`` (the
+    mixture phase's name, None without ``mixture.phases``), ``sample_index``
     (global row index), ``dp_rank``, ``row`` (row in
     that rank's batch) and ``segments``: a list, in sample order, of dicts with
     ``segment``, ``doc_id``, ``source``, ``file``, ``line``, ``repeat`` (which
@@ -358,6 +359,10 @@ def lineage_for_step(
         raise ValueError(f"step must be an int >= 0, got {step!r}")
     if num_samples < global_batch:  # the loader refuses such a version too
         raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
+    try:
+        stream = Stream.of(manifest, global_batch, seed if isinstance(seed, int) and seed >= 0 else 0)
+    except ValueError as exc:
+        raise ValueError(f"{version_dir}: {exc}") from None
     check_int("around", around, 0)
     check_int("seed", seed, 0)
     if consumed_samples is not None:
@@ -373,8 +378,8 @@ def lineage_for_step(
 
     steps = range(first_step, last_step + 1)
     positions = {s: step_positions(s, global_batch, start_of(s)) for s in steps}
-    samples = {s: stream_samples(np.arange(p.start, p.stop), num_samples, seed).tolist()
-               for s, p in positions.items()}
+    samples = {s: stream.samples(np.arange(p.start, p.stop)).tolist() for s, p in positions.items()}
+    phase_names = [p.get("name") for p in stream.phases]
     segments = read_sample_segments(version_dir, [i for v in samples.values() for i in v], manifest)
     # Versions built since lineage carries the decisions need documents.parquet
     # only for the text; older ones for both.
@@ -402,8 +407,10 @@ def lineage_for_step(
                 if sample_index not in by_sample:
                     raise ValueError(f"{version_dir / layout.LINEAGE}: no rows for sample {sample_index} "
                                      f"of step {each_step}")
+                phase = stream.phase_of_sample(sample_index)
                 records.append({
-                    "step": each_step, "epoch": position // num_samples, "position": position,
+                    "step": each_step, "epoch": stream.epoch_of(position), "position": position,
+                    "phase": None if phase is None else phase_names[phase],
                     "sample_index": sample_index, "dp_rank": dp_rank,
                     "row": row_in_batch, "segments": by_sample[sample_index], "display": display,
                 })
@@ -426,8 +433,9 @@ def lineage_for_document(
         "records": read_document_records(...)} or None when no sample holds it,
         "pieces": [...]}``; one piece per
         (copy, sample) in (repeat, doc_token_start) order, with
-        ``sample_index``, ``step``, ``dp_rank``, ``row`` (where epoch 0 reads
-        it; a sample of the last incomplete batch of epoch 0 is in the step
+        ``sample_index``, ``phase`` (mixture phase name or None), ``step``,
+        ``dp_rank``, ``row`` (where epoch 0 reads it, None for a sample its
+        phase leaves unread at this global batch; a sample of the last incomplete batch of epoch 0 is in the step
         that completes it with epoch 1's first samples), ``epochs`` (one
         ``{"epoch", "position", "step", "dp_rank", "row"}`` per epoch
         ``0 .. num_epochs - 1``, for the loader's ``seed``), ``segment``,
@@ -448,14 +456,19 @@ def lineage_for_document(
         raise ValueError(f"num_epochs must be <= {MAX_LOOKUP_EPOCHS}, got {num_epochs}")
     check_int("seed", seed, 0)
     manifest = load_manifest(version_dir, check_samples=True)
+    stream = Stream.of(manifest, global_batch, seed)
+    phase_names = [p.get("name") for p in stream.phases]
     segments = read_document_segments(version_dir, doc_id, manifest)
     pieces = []
     for row in segments.to_pylist():
         epochs = []
-        for epoch, position in enumerate(epoch_positions(row["sample_index"], manifest["num_samples"],
-                                                         num_epochs, seed)):
-            epochs.append({"epoch": epoch, "position": position, **sample_position(position, global_batch, dp_size)})
+        for epoch, position in enumerate(stream.positions_of(row["sample_index"], num_epochs)):
+            where = sample_position(position, global_batch, dp_size) if position is not None else \
+                {"step": None, "dp_rank": None, "row": None}
+            epochs.append({"epoch": epoch, "position": position, **where})
+        phase = stream.phase_of_sample(row["sample_index"])
         pieces.append({"sample_index": row["sample_index"],
+                       "phase": None if phase is None else phase_names[phase],
                        **{k: epochs[0][k] for k in ("step", "dp_rank", "row")}, "epochs": epochs,
                        **{k: row[k] for k in SEGMENT_COLUMNS if k != "doc_id"}})
     document = None
@@ -474,11 +487,13 @@ def format_document_lineage(result: dict[str, Any], show_text: bool = False) -> 
     about it, e.g. its edits: one line per element, :func:`format_records`),
     and its text excerpt with ``show_text``."""
     later = any(len(p.get("epochs") or []) > 1 for p in result["pieces"])
-    header = ["step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok",
+    phased = any(p.get("phase") is not None for p in result["pieces"])
+    header = [*(["phase"] if phased else []), "step", "rank", "row", "sample", "seg", "rep", "doc_tok", "sample_tok",
               *(["later epochs (epoch:step/rank/row)"] if later else [])]
     lines = [header]
     for p in result["pieces"]:
-        lines.append([_fmt(p["step"]), _fmt(p["dp_rank"]), _fmt(p["row"]), str(p["sample_index"]),
+        lines.append([*([str(p["phase"])] if phased else []),
+                      _fmt(p["step"]), _fmt(p["dp_rank"]), _fmt(p["row"]), str(p["sample_index"]),
                       str(p["segment"]), str(p["repeat"]), f"{p['doc_token_start']}-{p['doc_token_end']}",
                       f"{p['sample_token_start']}-{p['sample_token_end']}",
                       *([" ".join(f"{e['epoch']}:{e['step']}/{e['dp_rank']}/{e['row']}"
@@ -547,7 +562,9 @@ def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> st
     step (global batch 1024), this ~0.3 s (measured).
     """
     display = records[0].get("display", []) if records else []
-    header = ["step", "rank", "row", "sample", "seg", "sample_tok", "doc_tok", "doc_id", "rep",
+    phased = any(r.get("phase") is not None for r in records)
+    header = [*(["phase"] if phased else []), "step", "rank", "row", "sample", "seg", "sample_tok", "doc_tok",
+              "doc_id", "rep",
               *(stage for stage, _ in display)]
     if show_text:
         header.append("text")
@@ -555,6 +572,7 @@ def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> st
     for record in records:
         for seg in record["segments"]:
             cells = [
+                *([str(record["phase"])] if phased else []),
                 str(record["step"]), str(record["dp_rank"]), str(record["row"]), str(record["sample_index"]), str(seg["segment"]),
                 f"{seg['sample_token_start']}-{seg['sample_token_end']}",
                 f"{seg['doc_token_start']}-{seg['doc_token_end']}",
@@ -573,5 +591,7 @@ def format_lineage(records: list[dict[str, Any]], show_text: bool = False) -> st
     for step in sorted({r["step"] for r in records}):
         of_step = [r for r in records if r["step"] == step]
         pieces = sum(len(r["segments"]) for r in of_step)
-        out.append(f"step {step}: {len(of_step)} samples, {pieces} document pieces")
+        phases = sorted({str(r["phase"]) for r in of_step if r.get("phase") is not None})
+        out.append(f"step {step}{f' (mixture phase {phases[0]})' if len(phases) == 1 else ''}: "
+                   f"{len(of_step)} samples, {pieces} document pieces")
     return "\n".join(out) + "\n"

@@ -74,7 +74,7 @@ from common.io import sha256_file
 from pipeline import layout
 from pipeline.location import resolve_version
 from pipeline.manifest import load_manifest
-from pipeline.order import check_dp, num_steps, stream_samples
+from pipeline.order import Stream, check_dp
 
 COLUMN = "input_ids"
 log = logging.getLogger(__name__)
@@ -343,10 +343,14 @@ def create_dataset(
     version_dir = resolve_version(version, corpora_root, config)
     manifest = load_manifest(version_dir, require_digest=check_sha256, check_samples=True)
     num_samples = manifest["num_samples"]
-    if num_steps(num_samples, global_batch) == 0:
+    if num_samples < global_batch:
         raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
+    try:
+        stream = Stream.of(manifest, global_batch, seed)
+    except ValueError as exc:
+        raise ValueError(f"{version_dir}: {exc}") from None
     first, init_step = position % global_batch, position // global_batch
-    batches = (num_epochs * num_samples - first) // global_batch
+    batches = (num_epochs * stream.epoch_positions - first) // global_batch
     if init_step >= batches:
         what = f"start_step {start_step}" if consumed_samples is None else f"consumed_samples {consumed_samples}"
         raise ValueError(f"{what} is past the last step ({batches - 1}) of {num_epochs} epoch(s) of {version_dir} "
@@ -358,7 +362,9 @@ def create_dataset(
     unknown = [c for c in columns if c not in stored]
     if unknown or not columns:
         raise KeyError(f"{version_dir}: no column(s) {unknown or columns}; stored: {list(stored)}")
-    one_epoch = first + batches * global_batch <= num_samples
+    # A schedule of mixture phases skips each phase's last incomplete batch:
+    # its positions are not the row numbers, so it always takes the subset sampler.
+    one_epoch = not stream.phases and first + batches * global_batch <= num_samples
     rank_positions = batches * per_rank_batch
     # MindRecord refuses a SubsetSampler with more indices than the files it
     # reads hold rows (measured), so the shard list is given `readers` times
@@ -385,7 +391,7 @@ def create_dataset(
         sampler.add_child(ds.SequentialSampler(start_index=start, num_samples=(batches - init_step) * global_batch))
     else:
         positions = np.arange(start + dp_rank, first + batches * global_batch, dp_size, dtype=np.int64)
-        sampler = _stream_sampler(stream_samples(positions, num_samples, seed))
+        sampler = _stream_sampler(stream.samples(positions))
         del positions
     dataset = ds.MindDataset(paths * readers, columns_list=columns, sampler=sampler,
                              num_parallel_workers=num_parallel_workers)
@@ -399,6 +405,10 @@ def create_dataset(
         raise ValueError(f"{version_dir}: batches are {types_}{shapes}, expected int32{expected[0]} "
                          f"({want}) from the manifest")
     _guard_resume(dataset, batches, f"{version_dir.name} rank {dp_rank}/{dp_size}")
+    if stream.phases:
+        log.info("%s: mixture phases %s", version_dir.name, ", ".join(
+            f"{p['name']} from step {p['first_step']} ({p['steps']} steps, {p['unread_samples']} samples unread)"
+            for p in stream.schedule()))
     if init_step:
         dataset._mindcorpus_init_step = init_step
         log.info("%s rank %d/%d: resuming at step %d of %d", version_dir.name, dp_rank, dp_size, init_step, batches)

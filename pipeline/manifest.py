@@ -271,6 +271,8 @@ def build_manifest(version: str, cfg, inputs: list[dict[str, Any]], quarantine: 
         "mixture": mixture_facts,
         **{k: assembled[k] for k in ("seq_length", "num_samples", "num_tokens", "columns", "packing", "shards",
                                      "formats", "layout", "lineage_columns")},
+        # A staged mixture: each phase's rows (pipeline.order.Schedule reads them).
+        **({"phases": assembled["phases"]} if assembled.get("phases") else {}),
         "files": files,
     }
     manifest["run"] = {

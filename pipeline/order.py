@@ -94,10 +94,12 @@ def num_steps(num_samples: int, global_batch: int, num_epochs: int = 1) -> int:
     return num_epochs * num_samples // global_batch
 
 
-def _round_keys(seed: int, epoch: int) -> np.ndarray:
+def _round_keys(seed: int, epoch: int, phase: int | None = None) -> np.ndarray:
     """uint64[FEISTEL_ROUNDS]: the round keys of epoch ``epoch`` under ``seed``
-    (BLAKE2b of ``ORDER_VERSION:seed:epoch``; the same on every platform)."""
-    digest = hashlib.blake2b(f"{ORDER_VERSION}:{seed}:{epoch}".encode(), digest_size=8 * FEISTEL_ROUNDS).digest()
+    (BLAKE2b of ``ORDER_VERSION:seed:epoch``, plus ``:phase<k>`` for mixture
+    phase ``k`` of a schedule; the same on every platform)."""
+    text = f"{ORDER_VERSION}:{seed}:{epoch}" + ("" if phase is None else f":phase{phase}")
+    digest = hashlib.blake2b(text.encode(), digest_size=8 * FEISTEL_ROUNDS).digest()
     return np.frombuffer(digest, dtype="<u8").astype(np.uint64)
 
 
@@ -130,9 +132,10 @@ def _feistel(x: np.ndarray, keys: np.ndarray, half: int, inverse: bool) -> np.nd
     return (left << shift) | right
 
 
-def _permute(offsets: np.ndarray, num_samples: int, seed: int, epoch: int, inverse: bool) -> np.ndarray:
+def _permute(offsets: np.ndarray, num_samples: int, seed: int, epoch: int, inverse: bool,
+             phase: int | None = None) -> np.ndarray:
     """The epoch's permutation (or its inverse) of ``offsets`` in ``[0, num_samples)``."""
-    keys = _round_keys(seed, epoch)
+    keys = _round_keys(seed, epoch, phase)
     half = _half_bits(num_samples)
     out = np.empty(len(offsets), dtype=np.int64)
     with np.errstate(over="ignore"):
@@ -259,3 +262,149 @@ def sample_position(position: int, global_batch: int, dp_size: int = 1,
         raise ValueError(f"position {position} is before the first position {first_position}")
     step, offset = divmod(position - first_position, global_batch)
     return {"step": step, "dp_rank": offset % dp_size, "row": offset // dp_size}
+
+
+class Stream:
+    """The sample stream of a version for one run: which sample each stream
+    position reads, for versions with or without a mixture schedule.
+
+    Without phases (``manifest["phases"]`` absent) it is exactly the
+    functions above: position ``q`` reads :func:`stream_samples` ``(q)``,
+    an epoch is ``num_samples`` positions.
+
+    **With phases** (a staged mixture: ``phases`` = per phase ``name``,
+    ``first_sample``, ``num_samples``, rows written phase after phase) the
+    run reads phase 0, then phase 1, ..., and **no global step mixes two
+    phases**: phase ``k`` gives ``steps_k = num_samples_k // global_batch``
+    whole steps, and its last ``num_samples_k % global_batch`` samples are
+    not read in epoch 0 (``unread_samples``; fewer than one global batch per
+    phase, as Megatron-LM drops an incomplete last batch). So phase ``k``
+    starts at global step ``sum(steps_j, j < k)`` (``first_step``), whatever
+    the global batch. An epoch is the whole schedule once (``sum(steps_k) *
+    global_batch`` positions); in epoch ``e >= 1`` phase ``k`` reads its
+    samples in the keyed permutation of epoch ``e`` and phase ``k`` (round
+    keys salted with the phase), the first ``steps_k * global_batch`` of it.
+    Stream positions stay consumed samples: a resume from
+    ``consumed_samples`` continues the same stream, provided the global
+    batch at each phase switch was the one given here (a batch-size ramp-up
+    that ends before the first switch).
+
+    Pure numpy; O(1) memory per position beyond the in/out arrays.
+    """
+
+    def __init__(self, num_samples: int, global_batch: int, seed: int = 0,
+                 phases: list[dict] | None = None):
+        """Args:
+            num_samples: rows of the version.
+            global_batch: samples per global step.
+            seed: keys the permutations of epochs >= 1 (the loader's seed).
+            phases: the manifest's ``phases`` (None or empty: no schedule).
+
+        Raises:
+            TypeError / ValueError: bad numbers; phases that do not tile
+                ``[0, num_samples)`` in order; a phase with fewer samples
+                than one global batch (it would be skipped).
+        """
+        check_int("num_samples", num_samples, 1, type_error=True)
+        check_int("global_batch", global_batch, 1, type_error=True)
+        check_int("seed", seed, 0, type_error=True)
+        self.num_samples, self.global_batch, self.seed = num_samples, global_batch, seed
+        self.phases = list(phases or [])
+        if self.phases:
+            first = [int(p["first_sample"]) for p in self.phases]
+            counts = [int(p["num_samples"]) for p in self.phases]
+            if first != list(np.cumsum([0] + counts)[:-1]) or sum(counts) != num_samples:
+                raise ValueError(f"phases {[(p.get('name'), f, n) for p, f, n in zip(self.phases, first, counts)]} "
+                                 f"do not tile the {num_samples} samples in order")
+            self._first_sample = np.array(first, np.int64)
+            self._counts = np.array(counts, np.int64)
+            self._used = self._counts // global_batch * global_batch
+            self._first_position = np.cumsum(np.r_[0, self._used])[:-1].astype(np.int64)
+            self.epoch_positions = int(self._used.sum())
+            short = [f"{p.get('name')} ({n} samples)" for p, n in zip(self.phases, counts) if n < global_batch]
+            if short:
+                raise ValueError(f"mixture phase(s) {', '.join(short)} hold no complete global batch of "
+                                 f"{global_batch}: the schedule would skip them (raise the phase's token_budget "
+                                 "or lower the global batch)")
+        else:
+            self.epoch_positions = num_samples
+
+    @classmethod
+    def of(cls, manifest: dict, global_batch: int, seed: int = 0) -> "Stream":
+        """The stream of a version's manifest (its ``num_samples`` and
+        ``phases``)."""
+        return cls(manifest["num_samples"], global_batch, seed, manifest.get("phases"))
+
+    def num_steps(self, num_epochs: int = 1) -> int:
+        """Complete global steps in ``num_epochs`` epochs (see :func:`num_steps`)."""
+        check_int("num_epochs", num_epochs, 1, type_error=True)
+        return num_epochs * self.epoch_positions // self.global_batch
+
+    def schedule(self) -> list[dict]:
+        """Per phase ``name``, ``first_sample``, ``num_samples``,
+        ``first_step`` (global step where it starts in epoch 0), ``steps``
+        and ``unread_samples`` (not read in epoch 0); empty without phases."""
+        if not self.phases:
+            return []
+        return [{"name": p.get("name"), "first_sample": int(f), "num_samples": int(n),
+                 "first_step": int(q) // self.global_batch, "steps": int(u) // self.global_batch,
+                 "unread_samples": int(n - u)}
+                for p, f, n, u, q in zip(self.phases, self._first_sample, self._counts, self._used,
+                                         self._first_position)]
+
+    def phase_of_sample(self, sample_index: int) -> int | None:
+        """The phase (index) of a row; None without phases."""
+        if not self.phases:
+            return None
+        return int(np.searchsorted(self._first_sample, sample_index, side="right") - 1)
+
+    def epoch_of(self, position: int) -> int:
+        """The epoch of a stream position."""
+        return int(position) // self.epoch_positions
+
+    def samples(self, positions: Iterable[int] | np.ndarray) -> np.ndarray:
+        """Sample index at each stream position: int64[n] for int64[n].
+
+        Raises:
+            ValueError: a negative position.
+        """
+        if not self.phases:
+            return stream_samples(positions, self.num_samples, self.seed)
+        positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if positions.size and int(positions.min()) < 0:
+            raise ValueError(f"stream positions must be >= 0, got {int(positions.min())}")
+        epochs, rest = np.divmod(positions, self.epoch_positions)
+        phase = np.searchsorted(self._first_position, rest, side="right") - 1
+        offsets = rest - self._first_position[phase]
+        out = self._first_sample[phase] + offsets
+        for epoch, k in {(int(e), int(k)) for e, k in zip(epochs, phase)}:
+            if epoch == 0:
+                continue
+            where = (epochs == epoch) & (phase == k)
+            out[where] = self._first_sample[k] + _permute(offsets[where], int(self._counts[k]), self.seed, epoch,
+                                                          inverse=False, phase=k)
+        return out
+
+    def positions_of(self, sample_index: int, num_epochs: int) -> list[int | None]:
+        """Stream position of row ``sample_index`` in each epoch ``0 ..
+        num_epochs - 1`` (None: not read in that epoch, one of its phase's
+        unread samples): the inverse of :meth:`samples`.
+
+        Raises:
+            ValueError: ``sample_index`` outside ``[0, num_samples)``, ``num_epochs < 1``.
+        """
+        if not self.phases:
+            return epoch_positions(sample_index, self.num_samples, num_epochs, self.seed)
+        check_int("num_epochs", num_epochs, 1, type_error=True)
+        check_int("sample_index", sample_index, 0, type_error=True)
+        if sample_index >= self.num_samples:
+            raise ValueError(f"sample_index must be < num_samples {self.num_samples}, got {sample_index}")
+        k = self.phase_of_sample(sample_index)
+        local = sample_index - int(self._first_sample[k])
+        out: list[int | None] = []
+        for epoch in range(num_epochs):
+            offset = local if epoch == 0 else int(
+                _permute(np.array([local]), int(self._counts[k]), self.seed, epoch, inverse=True, phase=k)[0])
+            out.append(epoch * self.epoch_positions + int(self._first_position[k]) + offset
+                       if offset < self._used[k] else None)
+        return out

@@ -493,6 +493,27 @@ def plot_figure(fig_spec: Figure, stats: dict[str, Any]) -> str | None:
     return _svg(fig)
 
 
+def phase_table(manifest: dict[str, Any]) -> str:
+    """The "Mixture phases" table of a staged mixture (``manifest["phases"]``):
+    per phase and source, the target share (the phase's weights after
+    ``max_epochs`` caps), the realized share of the phase's packed tokens and
+    the difference in percentage points; per phase its rows and budget."""
+    facts = {p["name"]: p for p in manifest.get("mixture", {}).get("phases", [])}
+    rows = []
+    for phase in manifest["phases"]:
+        fact = facts.get(phase["name"], {})
+        for src, packed in sorted(phase["packed_per_source"].items()):
+            target = fact.get("per_source", {}).get(src, {}).get("target_share")
+            rows.append([_e(phase["name"]), _e(src), _num(phase["first_sample"]), _num(phase["num_samples"]),
+                         _num(phase.get("token_budget")), _num(target), _num(packed["tokens"]),
+                         _num(packed["share"]), _num(packed["share_error_pp"])])
+    return ("<h3>Mixture phases</h3><p>Each phase is packed and shuffled on its own and written after the "
+            "previous one; the loader reads them in order and starts phase <i>k</i> at step "
+            "<code>sum(num_samples_j // global_batch, j &lt; k)</code> (docs/stages/mixture_packing.md).</p>"
+            + _table(["phase", "source", "first sample", "samples", "token budget", "target share",
+                      "realized tokens", "realized share", "error (pp)"], rows, left=2))
+
+
 def plot_mixture(versions: list[tuple[str, dict[str, Any]]]) -> str | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -656,6 +677,8 @@ def render(version_dir: Path, compare_dir: Path | None = None, model_params: flo
     mix = plot_mixture(list(zip(names, manifests)))
     if mix:
         parts.append(mix)
+    if m.get("phases"):
+        parts.append(phase_table(m))
 
     # output
     parts.append("<h2 id='output'>Output</h2>")

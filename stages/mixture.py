@@ -59,10 +59,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pydantic
 
-from common.hashing import id_hash, id_hashes
+from common.hashing import id_hash, id_hashes, phase_seed
 from common.io import write_json_atomic, write_table_atomic
 from common.spill import forget, read_bucket, write_buckets
-from common.hashing import id_hash
 from stages.base import Column, FitResult, Partitions, RequiredStageConfig, Stage, with_decision
 
 REASON_NOT_SAMPLED = "mixture.not_sampled"
@@ -70,6 +69,50 @@ REASON_NOT_SAMPLED = "mixture.not_sampled"
 # source (each pass is one vectorised scan); our choice, 64 was never reached
 # on the dev corpus (a few passes close the gap).
 _MAX_FILL_PASSES = 64
+
+
+def _check_weights(weights: dict[str, float]) -> dict[str, float]:
+    bad = {k: w for k, w in weights.items() if not (w >= 0 and math.isfinite(w))}
+    if bad:
+        raise ValueError(f"weights must be finite and >= 0, got {bad}")
+    if weights and sum(weights.values()) <= 0:
+        raise ValueError("weights must not all be 0")
+    return weights
+
+
+def _check_max_epochs(max_epochs: dict[str, float]) -> dict[str, float]:
+    bad = {k: e for k, e in max_epochs.items() if not (e > 0 and math.isfinite(e))}
+    if bad:
+        raise ValueError(f"max_epochs must be finite and > 0, got {bad}")
+    return max_epochs
+
+
+class PhaseConfig(pydantic.BaseModel):
+    """One phase of a staged mixture (``mixture.phases``; unknown keys are an
+    error): the same keys as a one-phase mixture, with a required budget.
+
+    Attributes:
+        name: the phase's name in the manifest, the report and lineage
+            (letters, digits, ``_.-``; unique within the schedule).
+        token_budget: tokens of this phase (EOS included), > 0. A phase ends
+            with its last packed sample: its tokens are packed on their own
+            (no sample holds two phases), so with concat-split packing each
+            phase drops its own tail of less than one sample.
+        weights: as :attr:`Config.weights`, for this phase (empty: natural
+            shares).
+        max_epochs: as :attr:`Config.max_epochs`, counted within this phase
+            only (a document used in an earlier phase may be used again).
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    token_budget: int = pydantic.Field(gt=0)
+    weights: dict[str, float] = pydantic.Field(default_factory=dict)
+    max_epochs: dict[str, float] = pydantic.Field(default_factory=dict)
+
+    _weights = pydantic.field_validator("weights")(classmethod(lambda cls, v: _check_weights(v)))
+    _epochs = pydantic.field_validator("max_epochs")(classmethod(lambda cls, v: _check_max_epochs(v)))
 
 
 class Config(RequiredStageConfig):
@@ -92,6 +135,14 @@ class Config(RequiredStageConfig):
             most half). Sources not listed are uncapped (default: none listed).
             Tokens a capped source cannot give go to the uncapped sources
             (see the module docstring).
+        phases: a staged schedule (default: none, one mixture): a list of
+            :class:`PhaseConfig`, each planned like a one-phase mixture with
+            its own budget, weights and caps, and written one after the
+            other into the same version (all samples of phase 0, then of
+            phase 1, ...; each phase globally shuffled within itself). The
+            loader reads them in order and no global step mixes two phases
+            (``pipeline.order.Schedule``). Exclusive with the top-level
+            ``token_budget``, ``weights`` and ``max_epochs``.
     """
 
     requires = {"tokenize_num_tokens": "the budget and the weights count tokens"}
@@ -100,24 +151,28 @@ class Config(RequiredStageConfig):
     token_budget: int | None = pydantic.Field(None, gt=0)
     weights: dict[str, float] = pydantic.Field(default_factory=dict)
     max_epochs: dict[str, float] = pydantic.Field(default_factory=dict)
+    phases: list[PhaseConfig] = pydantic.Field(default_factory=list)
 
-    @pydantic.field_validator("weights")
-    @classmethod
-    def _check_weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        bad = {k: w for k, w in weights.items() if not (w >= 0 and math.isfinite(w))}
-        if bad:
-            raise ValueError(f"weights must be finite and >= 0, got {bad}")
-        if weights and sum(weights.values()) <= 0:
-            raise ValueError("weights must not all be 0")
-        return weights
+    _weights = pydantic.field_validator("weights")(classmethod(lambda cls, v: _check_weights(v)))
+    _epochs = pydantic.field_validator("max_epochs")(classmethod(lambda cls, v: _check_max_epochs(v)))
 
-    @pydantic.field_validator("max_epochs")
-    @classmethod
-    def _check_max_epochs(cls, max_epochs: dict[str, float]) -> dict[str, float]:
-        bad = {k: e for k, e in max_epochs.items() if not (e > 0 and math.isfinite(e))}
-        if bad:
-            raise ValueError(f"max_epochs must be finite and > 0, got {bad}")
-        return max_epochs
+    @pydantic.model_validator(mode="after")
+    def _check_phases(self) -> "Config":
+        if not self.phases:
+            return self
+        mixed = [k for k in ("token_budget", "weights", "max_epochs") if getattr(self, k)]
+        if mixed:
+            raise ValueError(f"give {', '.join(mixed)} per phase in mixture.phases, not at the top level "
+                             "(the top level is the one-phase form)")
+        names = [p.name for p in self.phases]
+        if len(set(names)) != len(names):
+            raise ValueError(f"phase names must be unique, got {names}")
+        return self
+
+    def plans(self) -> list[Any]:
+        """The phases to plan: ``phases``, or this config itself as the one
+        phase of a version without a schedule."""
+        return list(self.phases) or [self]
 
 
 def seeded_order(doc_ids: list[str], seed: int) -> np.ndarray:
@@ -547,35 +602,83 @@ class MixtureStage(Stage):
     Config = Config
     columns = {
         "mixture_repeats": Column("int32", "copies of the document in the output (0: dropped)", lineage=True),
+        "mixture_phase_repeats": Column("list<int32>", "copies per phase of mixture.phases, in phase order ([mixture_repeats] without phases)"),
     }
     artifacts = {
         "planned_tokens": "value: tokens of every copy the mixture chose (what the assembly must pack)",
         "target_shares": "value: source -> target share of tokens (the report's realized-against-target)",
+        "phases": "value: None, or per phase of mixture.phases its name, budget, planned tokens and target shares",
     }
 
     def fit(self, partitions: Partitions) -> FitResult:
-        """Plan the mixture over all kept documents; write ``plan.json`` and
-        ``extra.parquet`` (module docstring). Driver memory: one hash range
-        (at most :data:`RECORDS_PER_RANGE` documents) and the summaries
-        (3 integers per non-empty range).
+        """Plan the mixture over all kept documents, once per phase; write
+        ``plan.json`` and ``extra.parquet`` (module docstring). Driver memory:
+        one hash range (at most :data:`RECORDS_PER_RANGE` documents) and the
+        summaries (3 integers per non-empty range).
 
         Returns:
             ``{"token_budget", "realized_tokens", "target_tokens",
             "budget_shortfall_tokens" (budget the caps leave unassigned),
             "max_share_error_pp", "per_source": {source: facts}}`` (facts as
-            in :func:`plan_mixture`).
+            in :func:`plan_mixture`). With ``phases`` also ``"phases"``: one
+            such dict per phase plus its ``name``, and the top-level numbers
+            are sums over the phases (``per_source``: tokens and shares of
+            the whole schedule; ``sampled_documents`` and ``max_copies`` are
+            per phase only, None at the top level).
+            Exports ``planned_tokens`` (int), ``target_shares`` ({source:
+            share of the whole schedule}) and ``phases`` (None, or per phase
+            ``{"name", "token_budget", "planned_tokens", "target_shares"}``).
 
         Raises:
             ValueError: see :func:`source_targets`; a document id seen twice.
         """
         work = Path(self.ctx.work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        phased = bool(self.config.phases)
+        results = [self._fit_phase(partitions, cfg, phase_seed(self.ctx.seed, k), work)
+                   for k, cfg in enumerate(self.config.plans())]
+        extra_ids = [(k, i) for k, r in enumerate(results) for i in r["extra"]]
+        extra = pa.table({"id": pa.array([i for _, i in sorted(extra_ids, key=lambda e: (e[1], e[0]))],
+                                         pa.string())}) if not phased else pa.table({
+            "phase": pa.array([k for k, _ in sorted(extra_ids)], pa.int32()),
+            "id": pa.array([i for _, i in sorted(extra_ids)], pa.string())})
+        write_table_atomic(extra, work / EXTRA_FILE)
+        if phased:
+            plan = {"phases": [{"name": cfg.name, "seed": phase_seed(self.ctx.seed, k), "sources": r["plan"]}
+                               for k, (cfg, r) in enumerate(zip(self.config.phases, results))]}
+        else:
+            plan = {"seed": self.ctx.seed, "sources": results[0]["plan"]}
+        write_json_atomic(plan, work / PLAN_FILE, indent=1, sort_keys=True, ensure_ascii=True, final_newline=False)
+        warnings = tuple(w for r in results for w in r["warnings"])
+        if not phased:
+            facts = results[0]["facts"]
+            return FitResult(facts=facts, warnings=warnings, exports={
+                "planned_tokens": facts["realized_tokens"], "phases": None,
+                "target_shares": {src: f.get("target_share") for src, f in facts["per_source"].items()}})
+        phases = [{"name": cfg.name, **r["facts"]} for cfg, r in zip(self.config.phases, results)]
+        facts = _schedule_facts(phases)
+        return FitResult(facts=facts, warnings=warnings, exports={
+            "planned_tokens": facts["realized_tokens"],
+            "target_shares": {src: f["target_share"] for src, f in facts["per_source"].items()},
+            "phases": [{"name": p["name"], "token_budget": p["token_budget"], "planned_tokens": p["realized_tokens"],
+                        "target_shares": {src: f["target_share"] for src, f in p["per_source"].items()}}
+                       for p in phases]})
+
+    def _fit_phase(self, partitions: Partitions, config: Any, seed: int, work: Path) -> dict[str, Any]:
+        """Plan one phase (``config``: this stage's config or a
+        :class:`PhaseConfig`) with the seeded order of ``seed``.
+
+        Returns:
+            ``{"plan": {source: {"full", "prefix_end", "all_taken", "extra"}},
+            "extra": [ids], "facts": {...}, "warnings": (...)}``.
+        """
         spill = work / SPILL_DIR
         shutil.rmtree(spill, ignore_errors=True)
         upper = sum(p.num_rows() for p in partitions.paths)
         bits = _range_bits(upper)
         files = [spill / f"part-{i:05d}.parquet" for i in range(len(partitions.paths))]
         results = partitions.map(mixture_keys, [
-            {"part": p, "seed": self.ctx.seed, "bits": bits, "out": str(f)}
+            {"part": p, "seed": seed, "bits": bits, "out": str(f)}
             for p, f in zip(partitions.paths, files)])
         ranges: dict[tuple[str, int], list[int]] = {}
         for result in results:
@@ -588,7 +691,7 @@ class MixtureStage(Stage):
             per_source.setdefault(source, []).append((bucket, ranges[(source, bucket)]))
         documents = {s: sum(r[1][0] for r in rs) for s, rs in per_source.items()}
         available = {s: sum(r[1][1] for r in rs) for s, rs in per_source.items()}
-        targets = source_targets(available, self.config)
+        targets = source_targets(available, config)
 
         plan: dict[str, Any] = {}
         extra_ids: list[str] = []
@@ -611,24 +714,20 @@ class MixtureStage(Stage):
             realized[name] = int(full * avail + taken_tokens)
             sampled[name] = documents.get(name, 0) if full > 0 else taken_documents
             copies[name] = int(full + (1 if taken_documents else 0)) if documents.get(name) else 0
-        extra = pa.table({"id": pa.array(sorted(extra_ids), pa.string())})
         if len(set(extra_ids)) != len(extra_ids):
             raise ValueError("mixture: duplicate document ids in the input")
-        work.mkdir(parents=True, exist_ok=True)
-        write_table_atomic(extra, work / EXTRA_FILE)
-        write_json_atomic({"seed": self.ctx.seed, "sources": plan}, work / PLAN_FILE, indent=1, sort_keys=True,
-                          ensure_ascii=True, final_newline=False)
         forget(files)
         shutil.rmtree(spill, ignore_errors=True)
         facts = _facts(targets, documents, available, realized, sampled, copies)
         total = int(sum(f["realized_tokens"] for f in facts.values()))
         target_total = int(sum(f["target_tokens"] for f in facts.values()))
-        budget = self.config.token_budget
+        budget = config.token_budget
+        where = f" in phase {config.name}" if isinstance(config, PhaseConfig) else ""
         warnings = tuple(
-            f"source {src} is capped by mixture.max_epochs: target share {f.get('target_share', 0):.3f} after "
-            "rescaling (its weight asked for more than max_epochs x its tokens)"
+            f"source {src} is capped by mixture.max_epochs{where}: target share {f.get('target_share', 0):.3f} "
+            "after rescaling (its weight asked for more than max_epochs x its tokens)"
             for src, f in facts.items() if f.get("capped"))
-        return FitResult(facts={
+        return {"plan": plan, "extra": extra_ids, "warnings": warnings, "facts": {
             "token_budget": budget,
             "realized_tokens": total,
             "target_tokens": target_total,
@@ -637,41 +736,80 @@ class MixtureStage(Stage):
             "budget_shortfall_tokens": max(0, budget - target_total) if budget else 0,
             "max_share_error_pp": max((abs(f["share_error_pp"]) for f in facts.values()), default=0.0),
             "per_source": facts,
-        }, warnings=warnings, exports={"planned_tokens": total,
-                                       "target_shares": {src: f.get("target_share") for src, f in facts.items()}})
+        }}
 
-    def _plan(self) -> tuple[dict[str, Any], set[str]]:
+    def _plan(self) -> tuple[list[dict[str, Any]], set[tuple[int, str]]]:
+        """Per phase ``{"seed", "sources"}`` and the extra (phase, id) pairs."""
         if getattr(self, "_loaded", None) is None:
             work = Path(self.ctx.work_dir)
             plan = json.loads((work / PLAN_FILE).read_text())
-            extra = set(pq.read_table(work / EXTRA_FILE)["id"].to_pylist())
-            self._loaded = (plan, extra)
+            table = pq.read_table(work / EXTRA_FILE)
+            ids = table["id"].to_pylist()
+            phases = table["phase"].to_pylist() if "phase" in table.column_names else [0] * len(ids)
+            self._loaded = (plan.get("phases") or [plan], set(zip(phases, ids)))
         return self._loaded
 
     def process(self, table: pa.Table) -> pa.Table:
-        """Each document's copies: its source's full copies, plus one when
-        its (id hash, id) is before the source's ``prefix_end`` or it is one
-        of the extra documents.
+        """Each document's copies per phase: its source's full copies, plus
+        one when its (id hash, id) under the phase's seed is before the
+        source's ``prefix_end`` or it is one of the phase's extra documents;
+        ``mixture_repeats`` is their sum.
 
         Raises:
             KeyError: a document of a source the plan does not have (was fit
                 run on this input?).
         """
-        plan, extra = self._plan()
-        seed = plan["seed"]
+        phases, extra = self._plan()
         ids = table["id"].to_pylist()
         sources = table["source"].to_pylist() if "source" in table.column_names else [None] * len(ids)
-        repeats = np.zeros(len(ids), np.int32)
-        for i, (doc_id, source) in enumerate(zip(ids, sources)):
-            entry = plan["sources"].get(source)
-            if entry is None:
-                raise KeyError(f"mixture: document {doc_id!r} of source {source!r} is not in {PLAN_FILE}; "
-                               "was fit run on this input?")
-            taken = entry["all_taken"] or doc_id in extra
-            end = entry["prefix_end"]
-            if not taken and end is not None:
-                h = id_hash(doc_id, seed)
-                taken = h < end[0] or (h == end[0] and doc_id < end[1])
-            repeats[i] = entry["full"] + int(taken)
+        per_phase = np.zeros((len(phases), len(ids)), np.int32)
+        for k, plan in enumerate(phases):
+            seed = plan["seed"]
+            for i, (doc_id, source) in enumerate(zip(ids, sources)):
+                entry = plan["sources"].get(source)
+                if entry is None:
+                    raise KeyError(f"mixture: document {doc_id!r} of source {source!r} is not in {PLAN_FILE}; "
+                                   "was fit run on this input?")
+                taken = entry["all_taken"] or (k, doc_id) in extra
+                end = entry["prefix_end"]
+                if not taken and end is not None:
+                    h = id_hash(doc_id, seed)
+                    taken = h < end[0] or (h == end[0] and doc_id < end[1])
+                per_phase[k, i] = entry["full"] + int(taken)
+        repeats = per_phase.sum(axis=0, dtype=np.int32)
         reasons = [None if r > 0 else REASON_NOT_SAMPLED for r in repeats]
-        return with_decision(table, {"mixture_repeats": pa.array(repeats, pa.int32())}, reasons)
+        columns = {"mixture_repeats": pa.array(repeats, pa.int32()),
+                   "mixture_phase_repeats": pa.array(per_phase.T.tolist(), pa.list_(pa.int32()))}
+        return with_decision(table, columns, reasons)
+
+
+def _schedule_facts(phases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The top-level mixture facts of a schedule: sums over ``phases`` (each
+    a one-phase fit's facts plus ``name``), per-source tokens and shares of
+    the whole schedule, and the phases themselves."""
+    per_source: dict[str, dict[str, Any]] = {}
+    for phase in phases:
+        for src, f in phase["per_source"].items():
+            agg = per_source.setdefault(src, {"documents": f["documents"], "available_tokens": f["available_tokens"],
+                                              "target_tokens": 0, "realized_tokens": 0, "capped": False})
+            agg["target_tokens"] += f["target_tokens"]
+            agg["realized_tokens"] += f["realized_tokens"]
+            agg["capped"] |= bool(f["capped"])
+    target_sum = sum(f["target_tokens"] for f in per_source.values()) or 1
+    realized_sum = sum(f["realized_tokens"] for f in per_source.values()) or 1
+    for f in per_source.values():
+        avail = f["available_tokens"]
+        f.update(weight=None, configured_share=None, max_epochs=None, sampled_documents=None, max_copies=None,
+                 target_share=f["target_tokens"] / target_sum, realized_share=f["realized_tokens"] / realized_sum,
+                 ratio=f["target_tokens"] / avail if avail else None,
+                 epochs=f["realized_tokens"] / avail if avail else None)
+        f["share_error_pp"] = 100.0 * (f["realized_share"] - f["target_share"])
+    return {
+        "token_budget": sum(p["token_budget"] for p in phases),
+        "realized_tokens": sum(p["realized_tokens"] for p in phases),
+        "target_tokens": sum(p["target_tokens"] for p in phases),
+        "budget_shortfall_tokens": sum(p["budget_shortfall_tokens"] for p in phases),
+        "max_share_error_pp": max(p["max_share_error_pp"] for p in phases),
+        "per_source": {src: per_source[src] for src in sorted(per_source)},
+        "phases": phases,
+    }

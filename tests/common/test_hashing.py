@@ -5,6 +5,7 @@ _rank): a change to any of them changes which documents a build samples,
 holds out and where it puts them."""
 
 import numpy as np
+import pytest
 
 from common.hashing import id_hash, id_hashes, sample_rank
 
@@ -33,3 +34,13 @@ def test_id_hashes_is_id_hash_per_id():
 def test_sample_rank_of_known_ids():
     assert sample_rank(WEB, 0).hex() == "5436f99dd2930020"
     assert sample_rank("wiki:zh.jsonl:3", 3).hex() == "8d409c189da7c9c6"
+
+
+def test_phase_seed_keeps_phase_0_and_steps_by_the_golden_ratio():
+    from common.hashing import phase_seed
+
+    assert phase_seed(1234, 0) == 1234
+    assert phase_seed(1234, 1) == 11400714819323199719
+    assert phase_seed(1234, 2) == 4354685564936846588   # mod 2^64
+    with pytest.raises(ValueError, match="phase must be >= 0"):
+        phase_seed(1234, -1)

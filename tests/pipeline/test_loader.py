@@ -424,3 +424,68 @@ def test_open_file_limit_is_raised_or_refused_clearly(version, soft, hard, expec
                          capture_output=True, text=True, timeout=300, cwd=os.getcwd())
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip().splitlines()[-1].startswith(expected), res.stdout
+
+
+# ---------------------------------------------------------------- mixture phases
+
+
+@pytest.fixture(scope="module")
+def phased_version(tmp_path_factory):
+    """The 50 rows as a two-phase schedule: rows 0..29 phase ``main``, 30..49 ``anneal``."""
+    root = tmp_path_factory.mktemp("phased")
+    vdir = root / "v1"
+    shards = write_shards(_rows(), vdir, max_shard_bytes=20 * (SEQ_LENGTH + 1) * 4)
+    manifest = {"seq_length": SEQ_LENGTH, "num_samples": NUM_SAMPLES, "shards": shards,
+                "phases": [{"name": "main", "first_sample": 0, "num_samples": 30},
+                           {"name": "anneal", "first_sample": 30, "num_samples": 20}]}
+    (vdir / "manifest.json").write_text(json.dumps(manifest))
+    return vdir
+
+
+def test_schedule_known_values():
+    from pipeline.order import Stream
+
+    phases = [{"name": "main", "first_sample": 0, "num_samples": 30},
+              {"name": "anneal", "first_sample": 30, "num_samples": 20}]
+    stream = Stream(NUM_SAMPLES, 8, seed=4, phases=phases)
+    # main: 3 whole steps (24 samples, 6 unread); anneal starts at step 3 with 2 steps (4 unread)
+    assert stream.schedule() == [
+        {"name": "main", "first_sample": 0, "num_samples": 30, "first_step": 0, "steps": 3, "unread_samples": 6},
+        {"name": "anneal", "first_sample": 30, "num_samples": 20, "first_step": 3, "steps": 2, "unread_samples": 4}]
+    assert stream.epoch_positions == 40 and stream.num_steps(2) == 10
+    assert stream.samples(np.arange(40)).tolist() == list(range(24)) + list(range(30, 46))
+    epoch1 = stream.samples(np.arange(40, 80))
+    assert len(set(epoch1.tolist())) == 40 and (epoch1[:24] < 30).all() and (epoch1[24:] >= 30).all()
+    assert epoch1.tolist() != stream.samples(np.arange(40)).tolist()
+    assert stream.positions_of(5, 2) == [5, 40 + int(np.flatnonzero(epoch1 == 5)[0])]
+    assert stream.positions_of(27, 1) == [None]           # unread in epoch 0 at this global batch
+    assert stream.positions_of(30, 1) == [24]             # anneal's first sample opens step 3
+    with pytest.raises(ValueError, match="anneal \\(20 samples\\) hold no complete global batch of 24"):
+        Stream(NUM_SAMPLES, 24, phases=phases)
+    with pytest.raises(ValueError, match="do not tile"):
+        Stream(NUM_SAMPLES, 8, phases=[{"name": "a", "first_sample": 0, "num_samples": 30}])
+    # without phases: exactly the epoch stream
+    assert Stream(NUM_SAMPLES, 8, seed=4).samples(np.arange(100)).tolist() == \
+        stream_samples(np.arange(100), NUM_SAMPLES, seed=4).tolist()
+
+
+@pytest.mark.parametrize("dp_size", [1, 2])
+def test_loader_reads_the_phases_in_order_and_never_mixes_them_in_a_step(phased_version, dp_size):
+    from pipeline.order import Stream
+
+    stream = Stream(NUM_SAMPLES, 8, seed=4, phases=json.loads((phased_version / "manifest.json").read_text())["phases"])
+    for rank in range(dp_size):
+        dataset = create_dataset(phased_version, 8, rank, dp_size, num_epochs=2, seed=4)
+        assert dataset.get_dataset_size() == 10
+        batches = _batches(dataset)
+        for step, batch in enumerate(batches):
+            want = stream.samples(np.arange(step * 8, step * 8 + 8))[rank::dp_size]
+            assert _global_indices(batch) == want.tolist()
+            assert len({int(s >= 30) for s in want}) == 1, step  # one phase per step
+        assert [int(b[0, 0] // 100 >= 30) for b in batches] == [0, 0, 0, 1, 1] * 2
+        # a resume at the switch, and by consumed samples, continue the same stream
+        resumed = _batches(create_dataset(phased_version, 8, rank, dp_size, num_epochs=2, seed=4, start_step=3))
+        assert [_global_indices(b) for b in resumed] == [_global_indices(b) for b in batches[3:]]
+        by_samples = _batches(create_dataset(phased_version, 8, rank, dp_size, num_epochs=2, seed=4,
+                                             consumed_samples=24))
+        assert [_global_indices(b) for b in by_samples] == [_global_indices(b) for b in batches[3:]]
