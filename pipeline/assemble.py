@@ -810,8 +810,9 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
             dtype, :func:`pipeline.megatron.token_dtype`); needed only with
             the ``megatron`` format.
         phases: the mixture's ``phases`` export (None: one mixture): per
-            phase ``name``, ``token_budget``, ``planned_tokens`` and
-            ``target_shares``. Each phase is ordered, packed and shuffled on
+            phase ``name``, ``token_budget``, ``planned_tokens``,
+            ``align_samples`` (its sample count is cut down to a multiple;
+            concat-split only) and ``target_shares``. Each phase is ordered, packed and shuffled on
             its own, and written after the previous one: phase ``k``'s
             samples are the rows ``[first_sample, first_sample +
             num_samples)``, and no sample holds tokens of two phases.
@@ -909,7 +910,17 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
             raise BuildError(f"the partitions hold {have} tokens of mixture phase {phase['name']}, the mixture "
                              f"planned {phase['planned_tokens']}")
     part_files = [spill / "order" / f"part-{i:05d}.parquet" for i in range(len(final_parts))]
-    phase_samples = [t // window for t in phase_tokens] if method == "concat_split" else None
+    # concat-split: each phase's windows, cut down to a multiple of its
+    # align_samples (mixture.align_samples) when set.
+    phase_samples = None
+    if method == "concat_split":
+        phase_samples = []
+        for phase, t in zip(schedule, phase_tokens):
+            align = int(phase.get("align_samples") or 1)
+            phase_samples.append(t // window // align * align)
+            if not phase_samples[-1]:
+                raise BuildError(f"mixture phase {phase['name']} packs {t // window} samples, fewer than "
+                                 f"mixture.align_samples = {align}: raise its token_budget or lower align_samples")
     num_samples = sum(phase_samples) if phase_samples is not None else None
     # Per phase: shuffle bits and the first of its shuffle buckets (the
     # phase's samples are written after all samples of earlier phases).

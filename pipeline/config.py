@@ -412,6 +412,9 @@ def _cross_checks(cfg) -> list[str]:
         if phase.token_budget < window:
             errors.append(f"mixture.phases.{k}.token_budget: {phase.token_budget:,} tokens, fewer than a sample "
                           f"(seq_length + 1 = {window:,}): every phase packs its own samples")
+    if getattr(cfg.mixture, "align_samples", None) and cfg.output.packing != "concat_split":
+        errors.append("mixture.align_samples: needs output.packing: concat_split (best fit's sample count is known "
+                      "only after packing)")
     if getattr(cfg.mixture, "phases", None) and "megatron" in cfg.output.formats:
         errors.append("output.formats: megatron cannot carry mixture.phases (mindformers' GPTDataset re-packs and "
                       "re-shuffles the documents of the .bin/.idx, so the schedule would be lost); use mindrecord "

@@ -266,8 +266,29 @@ def format_yaml(version_dir: str | Path, manifest: dict[str, Any], fmt: str, glo
     text = text.replace("train_dataset:\n", "train_dataset: &train_dataset\n", 1)
     text = text.replace("dataset_config: '*train_dataset'", "dataset_config: *train_dataset")
     head = [f"# mindcorpus version {Path(version_dir).name}, format {fmt} (mindformers 1.8)"]
-    head += [f"# {line}" for line in notes + layout_comment(global_batch, dp_size, fmt == "megatron")]
+    head += [f"# {line}" for line in notes + layout_comment(global_batch, dp_size, fmt == "megatron")
+             + phase_comment(manifest, global_batch)]
     return "\n".join(head) + "\n" + text
+
+
+def phase_comment(manifest: dict[str, Any], global_batch: int) -> list[str]:
+    """Where each mixture phase (``manifest["phases"]``) starts for a reader
+    that takes the rows in order, ``global_batch`` per step (mindformers'
+    ``MindDataset``, ``shuffle: False``): one line per phase, and a warning
+    line for a phase whose first row is not on a step boundary (that step
+    mixes two phases; ``pipeline.loader.create_dataset`` skips such rows
+    itself, mindformers does not). Empty without phases."""
+    lines = []
+    for phase in manifest.get("phases") or ():
+        first = int(phase["first_sample"])
+        step, rest = divmod(first, global_batch)
+        lines.append(f"Mixture phase {phase['name']}: rows {first}..{first + int(phase['num_samples']) - 1}, "
+                     f"from step {step}{'' if not rest else f' row {rest}'} at global batch {global_batch}.")
+        if rest:
+            lines.append(f"WARNING: read in order, step {step} mixes {rest} rows of the previous phase with "
+                         f"{global_batch - rest} of {phase['name']}; rebuild with mixture.align_samples a multiple "
+                         f"of {global_batch}, or train with pipeline.loader.create_dataset (whole steps per phase).")
+    return lines
 
 
 def _mindrecord_files(version_dir: Path, manifest: dict[str, Any], fmt: str) -> list[str]:

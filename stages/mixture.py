@@ -143,6 +143,15 @@ class Config(RequiredStageConfig):
             loader reads them in order and no global step mixes two phases
             (``pipeline.order.Schedule``). Exclusive with the top-level
             ``token_budget``, ``weights`` and ``max_epochs``.
+        align_samples: with ``phases``, cut every phase's samples down to a
+            multiple of this many (its last samples are dropped, like the
+            packing tail, and counted in ``tokens_dropped_tail``), so that a
+            reader that takes the rows in order with any global batch that
+            divides it (mindformers' own ``MindDataset`` with ``shuffle:
+            False``) switches phase exactly at a step boundary. Needs
+            ``output.packing: concat_split``. None (default): no cut; this
+            project's loader then skips each phase's last incomplete global
+            batch by itself.
     """
 
     requires = {"tokenize_num_tokens": "the budget and the weights count tokens"}
@@ -152,6 +161,7 @@ class Config(RequiredStageConfig):
     weights: dict[str, float] = pydantic.Field(default_factory=dict)
     max_epochs: dict[str, float] = pydantic.Field(default_factory=dict)
     phases: list[PhaseConfig] = pydantic.Field(default_factory=list)
+    align_samples: int | None = pydantic.Field(None, ge=1)
 
     _weights = pydantic.field_validator("weights")(classmethod(lambda cls, v: _check_weights(v)))
     _epochs = pydantic.field_validator("max_epochs")(classmethod(lambda cls, v: _check_max_epochs(v)))
@@ -159,6 +169,9 @@ class Config(RequiredStageConfig):
     @pydantic.model_validator(mode="after")
     def _check_phases(self) -> "Config":
         if not self.phases:
+            if self.align_samples is not None:
+                raise ValueError("align_samples applies to mixture.phases only (without phases the loader reads "
+                                 "whole global batches and drops only the run's last incomplete one)")
             return self
         mixed = [k for k in ("token_budget", "weights", "max_epochs") if getattr(self, k)]
         if mixed:
@@ -627,7 +640,8 @@ class MixtureStage(Stage):
             per phase only, None at the top level).
             Exports ``planned_tokens`` (int), ``target_shares`` ({source:
             share of the whole schedule}) and ``phases`` (None, or per phase
-            ``{"name", "token_budget", "planned_tokens", "target_shares"}``).
+            ``{"name", "token_budget", "planned_tokens", "align_samples",
+            "target_shares"}``).
 
         Raises:
             ValueError: see :func:`source_targets`; a document id seen twice.
@@ -661,6 +675,7 @@ class MixtureStage(Stage):
             "planned_tokens": facts["realized_tokens"],
             "target_shares": {src: f["target_share"] for src, f in facts["per_source"].items()},
             "phases": [{"name": p["name"], "token_budget": p["token_budget"], "planned_tokens": p["realized_tokens"],
+                        "align_samples": self.config.align_samples,
                         "target_shares": {src: f["target_share"] for src, f in p["per_source"].items()}}
                        for p in phases]})
 

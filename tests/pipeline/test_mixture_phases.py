@@ -258,6 +258,10 @@ def test_a_phase_smaller_than_the_global_batch_is_refused(phased):
     ({"phases": [{"name": "a", "token_budget": 5000}]}, {"formats": ["mindrecord", "megatron"]},
      "output.formats: megatron cannot carry mixture.phases"),
     ({"phases": [{"name": "a b", "token_budget": 5000}]}, {}, "mixture.phases.0.name"),
+    ({"token_budget": 5000, "weights": {"web": 1, "manuals": 1, "reference": 1}, "align_samples": 8}, {},
+     "align_samples applies to mixture.phases only"),
+    ({"phases": [{"name": "a", "token_budget": 5000}], "align_samples": 8}, {"packing": "best_fit"},
+     "mixture.align_samples: needs output.packing: concat_split"),
 ])
 def test_schedule_mistakes_are_config_errors(phased, tmp_path, mixture, output, message):
     cfg = _config(phased["data"], **output)
@@ -273,3 +277,71 @@ def test_report_shows_realized_against_target_per_phase(phased):
     assert "Mixture phases" in html
     for phase in phased["result"].manifest["phases"]:
         assert f'<td class="l">{phase["name"]}</td>' in html
+
+
+@pytest.fixture(scope="module")
+def aligned(phased):
+    """The same schedule with mixture.align_samples 16 and the pre-shifted format."""
+    cfg = _config(phased["data"], formats=["mindrecord", "mindrecord_shifted"])
+    cfg["mixture"]["align_samples"] = 16
+    path = phased["root"] / "aligned.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return build("a1", path, phased["corpora"], log=lambda _: None)
+
+
+def test_align_samples_cuts_each_phase_to_whole_steps(phased, aligned):
+    m, plain = aligned.manifest, phased["result"].manifest
+    for p, q in zip(m["phases"], plain["phases"]):
+        assert p["num_samples"] == q["num_samples"] // 16 * 16 and p["num_samples"] % 16 == 0
+        # the cut samples are the phase's packing tail: counted, never silently lost
+        assert p["tokens_dropped_tail"] == p["tokens_sampled"] - p["num_samples"] * WINDOW
+    assert m["packing"]["tokens_dropped_tail"] == sum(p["tokens_dropped_tail"] for p in m["phases"])
+    assert all(s["unread_samples"] == 0 for s in Stream.of(m, 16).schedule())
+
+
+def test_mindformers_yaml_warns_about_a_step_that_mixes_phases(phased, aligned):
+    from pipeline import mindformers as mf
+
+    plain = phased["result"].manifest
+    first = plain["phases"][1]["first_sample"]
+    text = mf.format_yaml(phased["result"].version_dir, plain, "mindrecord", 16)
+    if first % 16:
+        assert f"WARNING: read in order, step {first // 16} mixes {first % 16} rows of the previous phase" in text
+    text = mf.format_yaml(aligned.version_dir, aligned.manifest, "mindrecord_shifted", 16)
+    start = aligned.manifest["phases"][1]["first_sample"]
+    assert f"# Mixture phase anneal: rows {start}..{aligned.manifest['num_samples'] - 1}, from step {start // 16} " \
+           "at global batch 16." in text and "WARNING" not in text
+
+
+def test_mindformers_reads_the_aligned_phases_step_by_step(aligned, tmp_path):
+    """mindformers 1.8's CausalLanguageModelDataset over the printed block reads
+    the rows in order: the step at the switch is wholly the anneal phase."""
+    import os
+    import shutil
+    import subprocess
+
+    from pipeline import mindformers as mf
+
+    python = os.environ.get("MINDCORPUS_MINDFORMERS_PYTHON") or str(REPO_ROOT / ".venv-mindformers" / "bin" / "python")
+    if not shutil.which(python):
+        pytest.skip("no mindformers venv: set MINDCORPUS_MINDFORMERS_PYTHON or run `make setup`")
+    vdir, m = aligned.version_dir, aligned.manifest
+    steps = m["num_samples"] // 16
+    block = yaml.safe_load(mf.format_yaml(vdir, m, "mindrecord_shifted", 16))["train_dataset"]
+    (tmp_path / "probe.json").write_text(json.dumps({"version_dir": str(vdir), "helpers_dir": None,
+                                                     "batches": steps,
+                                                     "train_dataset": {"mindrecord_shifted": block}}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    probe = REPO_ROOT / "tests" / "pipeline" / "mindformers_probe.py"
+    res = subprocess.run([python, str(probe), str(tmp_path / "probe.json"), str(tmp_path / "out")], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = np.load(tmp_path / "out" / "mindrecord_shifted_input_ids.npy")
+    rows = _all_rows(vdir, m)
+    assert got.shape == (steps, 16, SEQ)
+    np.testing.assert_array_equal(got, rows[:steps * 16, :-1].reshape(steps, 16, SEQ))
+    switch = m["phases"][1]["first_sample"] // 16
+    from pipeline.lineage import lineage_for_step
+
+    for step, phase in ((switch - 1, "main"), (switch, "anneal")):
+        assert {r["phase"] for r in lineage_for_step(vdir, step, 16, text_chars=0)} == {phase}
