@@ -243,8 +243,9 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
     Each: ``step``, ``samples``, ``tokens`` (trained tokens: the pieces'
     sample token ranges), ``source`` / ``language`` / ``bucket`` (value ->
     share of the step's tokens; None: no value, e.g. code has no perplexity
-    bucket), ``target`` (source -> the mixture's ``target_share`` from the
-    manifest), ``source_error_pp`` (source -> share - target, in percentage
+    bucket), ``phase`` (the mixture phase's name, None without phases),
+    ``target`` (source -> the mixture's ``target_share`` from the
+    manifest: the step's phase's with ``mixture.phases``), ``source_error_pp`` (source -> share - target, in percentage
     points), ``flags`` (list of ``{"sample_index", "dp_rank", "row", "flag",
     "value", "limit", "doc_id"}``) and ``samples_detail`` (per sample:
     ``longest_run``, ``longest_run_id``, ``unique_share``, ``max_copies``).
@@ -263,12 +264,16 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
     if rows is None:
         rows = read_sample_rows(version_dir, [r["sample_index"] for r in records], manifest)
     target = {src: m.get("target_share") for src, m in (manifest.get("mixture", {}).get("per_source") or {}).items()}
+    # A staged mixture: a step's target is its phase's (records name the phase).
+    phase_targets = {p.get("name"): {src: f.get("target_share") for src, f in (p.get("per_source") or {}).items()}
+                     for p in manifest.get("mixture", {}).get("phases") or ()}
     coverage = (((manifest.get("stages") or {}).get("perplexity") or {}).get("fit") or {}).get("coverage") or {}
     declared = {lang for lang, u in (coverage.get("unscored") or {}).items() if u.get("declared")}
     out: dict[int, dict[str, Any]] = {}
     for record in records:
         s = out.setdefault(record["step"], {"step": record["step"], "samples": 0, "tokens": 0, "source": {},
-                                            "language": {}, "bucket": {}, "flags": [], "samples_detail": []})
+                                            "language": {}, "bucket": {}, "flags": [], "samples_detail": [],
+                                            "phase": record.get("phase")})
         s["samples"] += 1
         ids = rows[record["sample_index"]]
         run, run_id = longest_run(ids)
@@ -305,7 +310,8 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
         s = out[step]
         for key in ("source", "language", "bucket"):
             s[key] = _shares(s[key])
-        s["target"] = target
+        s["target"] = phase_targets.get(s["phase"], target) if s["phase"] is not None else target
+        s["source_error_pp"] = {src: 100 * (s["source"].get(src, 0.0) - (t or 0.0)) for src, t in s["target"].items()}
         s["source_error_pp"] = {src: 100 * (s["source"].get(src, 0.0) - (t or 0.0)) for src, t in target.items()}
         summaries.append(s)
     return summaries
@@ -338,7 +344,8 @@ def format_summaries(summaries: list[dict[str, Any]]) -> str:
     flag."""
     out = []
     for s in summaries:
-        out.append(f"step {s['step']}: {s['samples']} samples, {s['tokens']:,} trained tokens")
+        phase = f" (mixture phase {s['phase']})" if s.get("phase") is not None else ""
+        out.append(f"step {s['step']}{phase}: {s['samples']} samples, {s['tokens']:,} trained tokens")
         sources = sorted(set(s["source"]) | set(s["target"]), key=lambda k: -s["source"].get(k, 0.0))
         out.append("  source    " + "  ".join(
             f"{src} {s['source'].get(src, 0.0):.0%} (target {s['target'].get(src, 0.0) or 0:.0%}, "

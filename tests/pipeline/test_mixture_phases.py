@@ -195,6 +195,12 @@ def test_lineage_step_is_exact_on_both_sides_of_the_switch(phased, dp_size):
                 covered += s["sample_token_end"] - s["sample_token_start"]
             assert covered == WINDOW
         assert f"step {step} (mixture phase {phase}): {GLOBAL_BATCH} samples" in format_lineage(records)
+        # the step summary measures the step against its own phase's targets
+        from pipeline.drill import step_summaries
+
+        summary = step_summaries(vdir, records)[0]
+        assert summary["phase"] == phase
+        assert summary["target"] == pytest.approx(MAIN if phase == "main" else ANNEAL)
 
 
 def test_cli_lineage_step_and_doc_name_the_phase(phased):
