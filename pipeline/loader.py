@@ -37,6 +37,13 @@ gives it); on a dataset that already skipped (``start_step``,
 ``consumed_samples`` or an earlier call), any further call is a no-op with a
 :class:`ResumeWarning`, so no step is skipped twice.
 
+**A staged mixture** (``manifest["phases"]``): the rows are read phase after
+phase, whole global steps per phase (:class:`pipeline.order.Stream`): phase
+``k`` starts at step ``sum(num_samples_j // global_batch, j < k)`` by itself,
+each phase's last incomplete global batch is not read, and the subset sampler
+above is used (its O(positions per rank) memory) whatever ``num_epochs``. A
+phase smaller than one global batch is refused.
+
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
 document boundaries were added, ``actual_seq_len`` (int32[width]: where
 documents end in the model input, mindformers' compressed end-of-document

@@ -42,6 +42,11 @@ of ``dp_size`` gets positions ``q0 + r + k * dp_size`` for ``k = 0 ..
 global_batch // dp_size - 1``: MindSpore's ``DistributedSampler(shuffle=False)``
 layout (rank r reads rows r, r + N, ...).
 
+**A staged mixture** (``manifest["phases"]``, ``mixture.phases``): :class:`Stream`
+reads phase 0's rows, then phase 1's, ..., whole global steps per phase, so no
+step mixes two phases (see its docstring); without phases it is exactly the
+functions here.
+
 Pure Python, numpy and :mod:`common.checks`; imported by the loader, the lineage
 lookup and the CLI.
 """

@@ -28,6 +28,13 @@ output:
    shortest skipped document of its target (measured: within 0.01 percentage
    points of its share at 1M tokens on the dev corpus).
 
+With ``phases`` (a staged schedule, e.g. a main phase and an annealing
+phase), each phase is planned by steps 1-2 on its own (its budget, weights
+and caps; its seeded order from ``common.hashing.phase_seed(seed, k)``), and
+``process`` adds the copies per phase (``mixture_phase_repeats``) besides
+their sum; the assembly packs each phase on its own and writes them one after
+the other (docs/stages/mixture_packing.md, "A staged mixture").
+
 The plan is small whatever the corpus: per source, the number of full
 copies, and the seeded-order position where the first-fit prefix ends (every
 document before it takes one more copy), plus the few documents the first-fit
