@@ -351,3 +351,22 @@ def test_mindformers_reads_the_aligned_phases_step_by_step(aligned, tmp_path):
 
     for step, phase in ((switch - 1, "main"), (switch, "anneal")):
         assert {r["phase"] for r in lineage_for_step(vdir, step, 16, text_chars=0)} == {phase}
+
+
+def test_best_fit_packs_each_phase_on_its_own(phased):
+    cfg = _config(phased["data"], packing="best_fit")
+    path = phased["root"] / "best_fit.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    result = build("b1", path, phased["corpora"], log=lambda _: None)
+    m, vdir = result.manifest, result.version_dir
+    phases = m["phases"]
+    assert phases[1]["first_sample"] == phases[0]["num_samples"] and sum(p["num_samples"] for p in phases) == \
+        m["num_samples"]
+    for p in phases:
+        # best fit drops nothing: every sampled token is packed, the rest of the rows is padding
+        assert p["tokens_dropped_tail"] == 0 and p["tokens_packed"] == p["tokens_sampled"]
+        assert p["padding_tokens"] == p["num_samples"] * WINDOW - p["tokens_sampled"]
+    per_phase = {d["id"]: d["mixture_phase_repeats"]
+                 for d in pq.read_table(vdir / "documents", columns=["id", "mixture_phase_repeats"]).to_pylist()}
+    for row in pq.read_table(vdir / "lineage", columns=["sample_index", "doc_id", "repeat"]).to_pylist():
+        assert (row["repeat"] < per_phase[row["doc_id"]][0]) == (row["sample_index"] < phases[1]["first_sample"])
