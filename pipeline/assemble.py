@@ -859,10 +859,11 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     # best fit pads a short corpus into one sample; concat-split needs a window
     for phase in schedule:
         if int(phase["planned_tokens"] or 0) < (window if method == "concat_split" else 1):
-            what = f"mixture phase {phase['name']}'s" if phase["name"] is not None else "the"
+            what, fix = (f"mixture phase {phase['name']}'s", ", raise the phase's token_budget") \
+                if phase["name"] is not None else ("the", "")
             raise BuildError(f"{what} sampled documents hold {int(phase['planned_tokens'] or 0)} tokens, fewer "
                              f"than seq_length + 1 = {window}: no sample can be packed (lower "
-                             f"output.seq_length, raise the phase's token_budget or add data)")
+                             f"output.seq_length{fix} or add data)")
     if sum(int(p["planned_tokens"]) for p in schedule) != total_tokens:
         raise BuildError(f"the mixture phases plan {sum(int(p['planned_tokens']) for p in schedule)} tokens, "
                          f"in all {total_tokens}")
