@@ -7,7 +7,7 @@ phase and an annealing phase (weights below; the annealing phase favours the
 edited sources: KJV, Debian Reference, CPython, as annealing recipes favour
 high-quality data, e.g. Llama 3 section 3.1.3), as a user would::
 
-    .venv/bin/python -m bench.phases [--corpus ../shared/corpus] [--out bench-results/phases]
+    .venv/bin/python -m bench.phases [--corpus ../shared/corpus] [--out bench-results/phases] [--reuse]
 
 and writes ``<out>/phases.json`` and ``<out>/phases.md``. Units: tokens
 (EOS included), seconds (wall, from the manifest's run facts), bytes.
@@ -26,6 +26,7 @@ import yaml
 from bench.__main__ import bench_config
 from pipeline.build import build
 from pipeline.config import REPO_ROOT
+from pipeline.manifest import load_manifest
 from pipeline.order import Stream
 
 MAIN = {"web": 0.4, "manuals": 0.3, "books": 0.1, "reference": 0.1, "code": 0.1}
@@ -40,9 +41,9 @@ def main() -> None:
     parser.add_argument("--main-tokens", type=int, default=8_000_000)
     parser.add_argument("--anneal-tokens", type=int, default=2_000_000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true", help="report on the version a previous run left")
     args = parser.parse_args()
     out = args.out
-    shutil.rmtree(out / "corpora", ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     cfg = bench_config(args.corpus, 2048)
     cfg["executor"] = {"num_workers": args.workers}
@@ -51,8 +52,11 @@ def main() -> None:
         {"name": "anneal", "token_budget": args.anneal_tokens, "weights": ANNEAL,
          "max_epochs": {s: 4 for s in ANNEAL}}]}
     (out / "phases.yaml").write_text(yaml.safe_dump(cfg))
-    result = build("phases", out / "phases.yaml", out / "corpora", log=print)
-    m = result.manifest
+    if (out / "corpora" / "phases" / "manifest.json").exists() and args.reuse:
+        m = load_manifest(out / "corpora" / "phases")
+    else:
+        shutil.rmtree(out / "corpora", ignore_errors=True)
+        m = build("phases", out / "phases.yaml", out / "corpora", log=print).manifest
     facts = {p["name"]: p for p in m["mixture"]["phases"]}
     rows = []
     for phase in m["phases"]:
@@ -64,7 +68,12 @@ def main() -> None:
                          "realized_tokens": packed["tokens"], "realized_share": packed["share"],
                          "share_error_pp": packed["share_error_pp"], "epochs_in_phase": f["epochs"],
                          "sampled_documents": f["sampled_documents"], "documents": f["documents"]})
-    schedule = {b: Stream.of(m, b).schedule() for b in BATCHES}
+    schedule = {}
+    for b in BATCHES:
+        try:
+            schedule[b] = Stream.of(m, b).schedule()
+        except ValueError as exc:  # a phase smaller than the global batch: the loader refuses it
+            schedule[b] = str(exc)
     report = {"corpus": str(args.corpus), "phases": m["phases"], "per_source": rows,
               "schedule": {str(b): s for b, s in schedule.items()},
               "stage_seconds": m["run"]["stage_seconds"], "wall_seconds": m["run"]["wall_seconds"],
@@ -85,15 +94,15 @@ def main() -> None:
                                                    for p in m["phases"]) + " |",
               "|---:|" + "---|" * len(m["phases"])]
     for b, s in schedule.items():
-        lines.append(f"| {b} | " + " | ".join(f"{x['first_step']}, {x['steps']}, {x['unread_samples']}" for x in s)
-                     + " |")
+        cells = [f"{x['first_step']}, {x['steps']}, {x['unread_samples']}" for x in s] if isinstance(s, list) \
+            else [f"refused: {s}"]
+        lines.append(f"| {b} | " + " | ".join(cells) + " |")
     secs = m["run"]["stage_seconds"]
     lines += ["", f"Build wall {m['run']['wall_seconds']:.0f} s; mixture stage {secs.get('mixture', 0):.1f} s "
               f"(fit + process, two phases: two passes over id, source, tokens); assemble "
               f"{secs.get('assemble', 0):.1f} s; peak RSS {json.dumps(m['run'].get('peak_rss'))}."]
     (out / "phases.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    shutil.rmtree(out / "corpora", ignore_errors=True)
 
 
 if __name__ == "__main__":
