@@ -205,3 +205,43 @@ def traditional_only_table() -> dict[int, str]:
     if len(converted) != len(hant):  # one character in, one out: checked, never assumed
         return {ord(c): opencc_converter("t2s", "char").convert(c) for c in hant}
     return {ord(a): b for a, b in zip(hant, converted) if a != b}
+
+
+def fold_to_simplified(text: str, fold: str, join_wrapped: bool = False) -> str:
+    """One document folded to Simplified Chinese by the rule dedup and the
+    perplexity stage share, decided by :func:`script_counts` over the whole
+    text (S: Simplified-only characters, T: Traditional-only ones):
+
+    * T = 0 (Simplified, or nothing tells): unchanged. Simplified text is
+      never rewritten (phrase-level ``tw2sp`` on every document changed 559
+      of the 703 zh_CN man pages of /work/shared/corpus, e.g. 文件 -> 文档).
+    * T > S (Traditional): converted by OpenCC, ``t2s`` character by
+      character (``TSCharacters``), ``tw2sp`` phrase level (Taiwan phrases
+      to mainland ones, 檔案 -> 文件, then ``TSPhrases``/``TSCharacters``);
+      with ``join_wrapped``, whitespace between ideographs is removed first
+      (:func:`join_ideographs`: a phrase split by a line wrap still matches;
+      dedup's shingles drop whitespace anyway; the perplexity stage keeps
+      its lines).
+    * 0 < T <= S (Simplified with some Traditional characters): only the
+      Traditional-only characters converted, one by one
+      (:func:`traditional_only_table`), whatever ``fold``.
+
+    Args:
+        fold: ``none`` (unchanged), ``t2s`` or ``tw2sp``.
+
+    Returns:
+        The folded text (length may change with ``tw2sp``). O(len(text)):
+        one regex pass, OpenCC (~5 M characters/s per core) on Traditional
+        documents only.
+    """
+    if fold == "none":
+        return text
+    simplified, traditional = script_counts(text)
+    if not traditional:
+        return text
+    if join_wrapped:
+        text = join_ideographs(text)
+    if traditional > simplified:
+        converter = opencc_converter("t2s", "char") if fold == "t2s" else opencc_converter("t2s", "phrase", "tw")
+        return converter.convert(text)
+    return text.translate(traditional_only_table())

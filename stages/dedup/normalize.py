@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stages.text import CJK_CHAR_CLASS, CJK_LANGS, FORMAT_CHARS
-from stages.zh_script import join_ideographs, opencc_converter, script_counts, traditional_only_table
+from stages.zh_script import fold_to_simplified
 
 UNKNOWN_LANGS = frozenset({"", "und", "unknown", "zxx"})
 # Languages whose CJK text is never folded to Simplified Chinese (Japanese
@@ -202,14 +202,4 @@ def fold_script(texts: list[str], fold: FoldScript) -> list[str]:
     """
     if fold == "none":
         return list(texts)
-    converter = opencc_converter("t2s", "char") if fold == "t2s" else opencc_converter("t2s", "phrase", "tw")
-    out = []
-    for text in texts:
-        simplified, traditional = script_counts(text)
-        if not traditional:
-            out.append(text)
-        elif traditional > simplified:
-            out.append(converter.convert(join_ideographs(text)))
-        else:
-            out.append(join_ideographs(text).translate(traditional_only_table()))
-    return out
+    return [fold_to_simplified(text, fold, join_wrapped=True) for text in texts]

@@ -23,7 +23,7 @@ from stages.perplexity.config import Config
 from stages.perplexity.text import FoldScript, LineTokenizer, normalized_lines
 
 # Bump when normalize()/tokenize() change: part of every model's cache key.
-TEXT_VERSION = "ccnet-norm-2"   # 2: Chinese folded to Simplified (fold_chinese_script)
+TEXT_VERSION = "ccnet-norm-3"   # 2: Chinese folded to Simplified (fold_chinese_script); 3: Simplified text left as is
 KENLM_VERSION = "0.3.0"
 TOKENIZER_FILE = "sentencepiece.model"   # next to model.binary in the model cache
 

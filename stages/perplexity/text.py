@@ -3,12 +3,12 @@ SentencePiece tokens, one token line per text line (docs/stages/perplexity.md)."
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from typing import Literal
 
 from stages.text import nfkc, words
+from stages.zh_script import fold_to_simplified
 
 # --------------------------------------------------------------------------- text
 
@@ -71,23 +71,19 @@ CHINESE = frozenset({"zh", "yue", "wuu"})
 FoldScript = Literal["none", "t2s", "tw2sp"]
 
 
-@functools.lru_cache(maxsize=4)
-def _opencc(config: str):
-    import opencc
-
-    return opencc.OpenCC(config)
-
-
 def fold_chinese(text: str, lang: str | None, fold: FoldScript) -> str:
     """``text`` in Simplified Chinese when ``lang`` is Chinese (:data:`CHINESE`)
     and ``fold`` is an OpenCC conversion (``t2s``: character by character;
     ``tw2sp``: Taiwan standard to mainland Simplified, with phrases such as
-    ``檔案`` -> ``文件``); otherwise ``text`` unchanged. Simplified text passes
-    through OpenCC unchanged, so folding needs no script label and training
-    and scoring see the same text. Never raises."""
+    ``檔案`` -> ``文件``); otherwise ``text`` unchanged. The rule is dedup's
+    (:func:`stages.zh_script.fold_to_simplified`, lines kept): a Simplified
+    document is left exactly as it is (``tw2sp`` on every document rewrote
+    Simplified phrases such as 文件 -> 文档), a Traditional one converted, a
+    Simplified one with a few Traditional characters has only those
+    converted; training and scoring see the same text. Never raises."""
     if fold == "none" or lang not in CHINESE:
         return text
-    return _opencc(fold).convert(text)
+    return fold_to_simplified(text, fold)
 
 
 def normalized_lines(text: str, lang: str | None = None, fold: FoldScript = "none") -> list[str]:

@@ -366,3 +366,20 @@ def test_a_failing_lmplz_raises_one_line_with_command_status_and_stderr_tail(tmp
     assert str(err).endswith("; stderr: progress line 16 | progress line 17 | progress line 18 | "
                              "progress line 19 | lmplz: Could not allocate 1000G")
     assert not list((tmp_path / "cache" / "kenlm").iterdir())  # no half model left in the cache
+
+
+def test_chinese_folding_leaves_simplified_text_as_it_is():
+    """Training and scoring fold Traditional documents to Simplified (``tw2sp``)
+    but never rewrite a Simplified one: phrase-level tw2sp on every document
+    turned the mainland 文件 into 文档."""
+    from stages.perplexity.text import fold_chinese, normalized_lines
+
+    simplified = "请把这个文件保存到服务器上。\n打开文件夹。"
+    assert fold_chinese(simplified, "zh", "tw2sp") == simplified
+    assert fold_chinese("請把這個檔案儲存到伺服器上。", "zh", "tw2sp") == "请把这个文件保存到服务器上。"
+    assert fold_chinese("請把這個檔案儲存到伺服器上。", "zh", "t2s") == "请把这个档案储存到伺服器上。"
+    # a Simplified document with one Traditional character: only that character
+    assert fold_chinese("请把这个文件保存到服務器上。", "zh", "tw2sp") == "请把这个文件保存到服务器上。"
+    # lines are kept (no joining across the line break), other languages untouched
+    assert normalized_lines("檔案\n說明", "zh", "tw2sp") == ["文件", "说明"]
+    assert fold_chinese("請把這個檔案", "ja", "tw2sp") == "請把這個檔案"
