@@ -317,10 +317,10 @@ def emit_partition(task: dict[str, Any]) -> dict[str, Any]:
     ids = table["id"].to_pylist()
     phase_buckets = task.get("phase_buckets") or [[0, task["order_buckets"]]]
     if len(phase_buckets) > 1:
-        per_phase = np.asarray(table["mixture_phase_repeats"].to_pylist(), np.int64).reshape(len(ids), -1)
-        if per_phase.shape[1] != len(phase_buckets):
-            raise BuildError(f"mixture_phase_repeats has {per_phase.shape[1]} phases, the schedule "
-                             f"{len(phase_buckets)}")
+        listed = table["mixture_phase_repeats"]
+        if len(ids) and not pc.all(pc.equal(pc.list_value_length(listed), len(phase_buckets))).as_py():
+            raise BuildError(f"mixture_phase_repeats does not list {len(phase_buckets)} phases for every document")
+        per_phase = np.asarray(listed.to_pylist(), np.int64).reshape(len(ids), len(phase_buckets))
     else:
         per_phase = table["mixture_repeats"].to_numpy(zero_copy_only=False).astype(np.int64).reshape(-1, 1)
     before = np.cumsum(per_phase, axis=1) - per_phase  # copies of earlier phases: repeat numbers go on
@@ -600,7 +600,10 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
             ``megatron``: ``megatron_dtype`` (numpy name) and
             ``megatron_lengths`` (the part file of this shard's sequence
             lengths); with mixture phases, ``phase_starts`` (the first
-            sample index of each phase).
+            sample index of each phase) and, when ``mixture.align_samples``
+            cuts samples, ``remap`` (per phase ``[first packed position,
+            end of its kept positions, shift]``: packed position ``q`` in
+            that range is row ``q - shift``; other packed positions are cut).
 
     Returns:
         ``{"shard": {name, sha256, db_sha256, rows, bytes} (only ``rows``
@@ -659,6 +662,11 @@ def write_shard(task: dict[str, Any]) -> dict[str, Any]:
         order = np.argsort(samples["key"].to_numpy(), kind="stable")
         keys = samples["key"].to_numpy()[order]
         positions = start + np.arange(count, dtype=np.int64)
+        if task.get("remap"):  # mixture.align_samples: packed position -> row, -1 for a cut sample
+            packed_at, positions = positions, np.full(count, -1, np.int64)
+            for lo, hi, shift in task["remap"]:
+                kept = (packed_at >= lo) & (packed_at < hi)
+                positions[kept] = packed_at[kept] - shift
         inside = (positions >= first) & (positions < stop)
         picked = pa.array(order[inside])
         tokens = samples["tokens"].combine_chunks().take(picked)
@@ -911,17 +919,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
             raise BuildError(f"the partitions hold {have} tokens of mixture phase {phase['name']}, the mixture "
                              f"planned {phase['planned_tokens']}")
     part_files = [spill / "order" / f"part-{i:05d}.parquet" for i in range(len(final_parts))]
-    # concat-split: each phase's windows, cut down to a multiple of its
-    # align_samples (mixture.align_samples) when set.
-    phase_samples = None
-    if method == "concat_split":
-        phase_samples = []
-        for phase, t in zip(schedule, phase_tokens):
-            align = int(phase.get("align_samples") or 1)
-            phase_samples.append(t // window // align * align)
-            if not phase_samples[-1]:
-                raise BuildError(f"mixture phase {phase['name']} packs {t // window} samples, fewer than "
-                                 f"mixture.align_samples = {align}: raise its token_budget or lower align_samples")
+    phase_samples = [t // window for t in phase_tokens] if method == "concat_split" else None
     num_samples = sum(phase_samples) if phase_samples is not None else None
     # Per phase: shuffle bits and the first of its shuffle buckets (the
     # phase's samples are written after all samples of earlier phases).
@@ -1008,12 +1006,33 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         counts = _sum_counts([counts, stitched["counts"]])
         width = max(width, stitched["width"])
         sample_names += stitched["files"]
-    total = sum(counts.values())
+    packed_total = total = sum(counts.values())
     if total == 0:
         raise BuildError(f"the sampled documents hold fewer than seq_length + 1 = {window} "
                          "tokens: no sample can be packed (lower output.seq_length or add data)")
     if num_samples is not None and total != num_samples:
         raise BuildError(f"packed {total} samples, expected {num_samples}")
+    # Samples of each phase (its shuffle buckets are a contiguous key range
+    # after the earlier phases'), and what align_samples keeps of them: the
+    # first kept_p in shuffle order. The shuffle order is random, so the cut
+    # is a uniform sample of the phase's samples (the end of the document
+    # order would not be: it holds no late copies of up-sampled documents).
+    phase_rows = [sum(counts.get(j, 0) for j in range(offset, offset + (1 << bits))) for bits, offset in phase_shuffle]
+    if phase_samples is not None and phase_rows != phase_samples:
+        raise BuildError(f"packed {phase_rows} samples per mixture phase, expected {phase_samples}")
+    phase_kept = []
+    for phase, rows_p in zip(schedule, phase_rows):
+        align = int(phase.get("align_samples") or 1)
+        phase_kept.append(rows_p // align * align)
+        if not phase_kept[-1]:
+            raise BuildError(f"mixture phase {phase['name']} packs {rows_p} samples, fewer than "
+                             f"mixture.align_samples = {align}: raise its token_budget or lower align_samples")
+    packed_first = np.cumsum([0] + phase_rows)[:-1].tolist()
+    phase_first = np.cumsum([0] + phase_kept)[:-1].tolist()
+    # [first packed position, end of the kept ones, shift to the row index]
+    remap = [[int(a), int(a + k), int(a - f)] for a, k, f in zip(packed_first, phase_kept, phase_first)]
+    cut = phase_kept != phase_rows
+    total = sum(phase_kept)
     shutil.rmtree(spill / "order", ignore_errors=True)
     shutil.rmtree(spill / layout.DOCUMENTS, ignore_errors=True)
     shutil.rmtree(spill / layout.DECISIONS, ignore_errors=True)
@@ -1047,20 +1066,17 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
     for j in sorted(counts):
         starts[j] = running
         running += counts[j]
-    # Samples and first sample of each phase: its shuffle buckets are a
-    # contiguous range after the earlier phases'.
-    phase_rows = [sum(counts.get(j, 0) for j in range(offset, offset + (1 << bits))) for bits, offset in phase_shuffle]
-    phase_first = np.cumsum([0] + phase_rows)[:-1].tolist()
-    if phase_samples is not None and phase_rows != phase_samples:
-        raise BuildError(f"packed {phase_rows} samples per mixture phase, expected {phase_samples}")
     segments_estimate = copies + total
     # ~300 bytes per lineage row in memory (ids, source, file and the decisions)
     by_doc_parts = layout.parts_for(segments_estimate * 300, out_cfg.table_part_bytes)
     shard_tasks = []
     for s, first in enumerate(range(0, total, rows_per_shard)):
         stop = min(total, first + rows_per_shard)
+        # the packed positions of rows [first, stop): one range per phase
+        spans = [(max(lo, first + shift), min(hi, stop + shift)) for lo, hi, shift in remap] if cut else \
+            [(first, stop)]
         overlap = [(j, starts[j], counts[j]) for j in sorted(counts)
-                   if starts[j] < stop and starts[j] + counts[j] > first]
+                   if any(starts[j] < b and starts[j] + counts[j] > a for a, b in spans if a < b)]
         shard_tasks.append({"kind": "shard", "shard": s, "first": first, "stop": stop, "buckets": overlap,
                             "sample_files": [str(spill / "samples" / n) for n in sample_names],
                             "segment_files": [str(spill / "segments" / n) for n in sample_names],
@@ -1068,6 +1084,7 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                             "by_doc_parts": by_doc_parts, "tmp": str(tmp), "spill": str(spill),
                             "megatron_lengths": str(spill / _LENGTHS_SPILL / f"lengths-{s:05d}.npy"), **extra,
                             **({"phase_starts": phase_first} if phases else {}),
+                            **({"remap": remap} if cut else {}),
                             "marker": str(markers / f"shard-{s:05d}.json")})
     tracker = runlog.tracker("assemble-shards", len(shard_tasks))
     try:
@@ -1116,10 +1133,11 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
                     by_src[src] = by_src.get(src, 0) + int(n)
             pad = sum(r["padding"] for t, r in zip([t for t in tasks if t["kind"] == "pack"], packed)
                       if int(phase_of_bucket[t["bucket"]]) == p)
-            packed_p = phase_rows[p] * window - pad
+            packed_p = phase_kept[p] * window - pad
             phase_entries.append({
                 "name": phase["name"], "token_budget": phase.get("token_budget"),
-                "first_sample": int(phase_first[p]), "num_samples": int(phase_rows[p]),
+                "first_sample": int(phase_first[p]), "num_samples": int(phase_kept[p]),
+                "samples_cut": int(phase_rows[p] - phase_kept[p]),
                 "tokens_sampled": int(phase_tokens[p]), "tokens_packed": int(packed_p),
                 "tokens_dropped_tail": int(phase_tokens[p] - packed_p) if method == "concat_split" else 0,
                 "padding_tokens": int(pad),

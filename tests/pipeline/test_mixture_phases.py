@@ -299,8 +299,14 @@ def test_align_samples_cuts_each_phase_to_whole_steps(phased, aligned):
     m, plain = aligned.manifest, phased["result"].manifest
     for p, q in zip(m["phases"], plain["phases"]):
         assert p["num_samples"] == q["num_samples"] // 16 * 16 and p["num_samples"] % 16 == 0
-        # the cut samples are the phase's packing tail: counted, never silently lost
+        assert p["samples_cut"] == q["num_samples"] - p["num_samples"] > 0
+        # the cut samples are counted with the phase's packing tail, never silently lost
         assert p["tokens_dropped_tail"] == p["tokens_sampled"] - p["num_samples"] * WINDOW
+        # and they are a random sample of the phase's samples (shuffle order), not the end of
+        # its document order (which holds no late copy of an up-sampled document): the mix holds
+        weights = MAIN if p["name"] == "main" else ANNEAL
+        for src, w in weights.items():
+            assert abs(p["packed_per_source"][src]["share"] - w) < 0.04, (p["name"], src, p["packed_per_source"])
     assert m["packing"]["tokens_dropped_tail"] == sum(p["tokens_dropped_tail"] for p in m["phases"])
     assert all(s["unread_samples"] == 0 for s in Stream.of(m, 16).schedule())
 
