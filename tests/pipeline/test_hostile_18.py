@@ -109,3 +109,26 @@ def test_a_resume_off_the_batch_grid_never_reads_a_step_that_mixes_phases(three)
         if len(phases) > 1:
             mixed.append((step, sorted(phases)))
     assert not mixed, mixed
+
+
+def test_a_phase_weighting_a_source_without_kept_documents_is_named(tmp_path):
+    """Three phases; the last one gives its whole weight to ``junk``, whose only
+    documents are all dropped by the heuristics. The build must stop, and with
+    several phases the message must say which phase asked for the empty
+    source (it said only "mixture: sources ['junk'] have a weight but no kept
+    tokens")."""
+    data = tmp_path / "data"
+    data.mkdir()
+    _head_jsonl_zst(SAMPLE / "web-fortunes.jsonl.zst", data / "web.jsonl", 300, step=12)
+    (data / "junk.jsonl").write_text('{"text": "x"}\n{"text": "!!"}\n', encoding="utf-8")
+    web = {"web": 1.0, "junk": 0.0}
+    cfg = _config(data, web)
+    cfg["sources"] = {"web": {"paths": [str(data / "web.jsonl")]}, "junk": {"paths": [str(data / "junk.jsonl")]}}
+    cfg["mixture"]["phases"] = [
+        {"name": "main", "token_budget": 6_000, "weights": web},
+        {"name": "mid", "token_budget": 2_000, "weights": web},
+        {"name": "anneal", "token_budget": 2_000, "weights": {"web": 0.0, "junk": 1.0}}]
+    (tmp_path / "junk.yaml").write_text(yaml.safe_dump(cfg))
+    with pytest.raises(Exception, match="junk") as info:
+        build("j", tmp_path / "junk.yaml", tmp_path / "corpora", log=lambda _: None)
+    assert "anneal" in str(info.value), str(info.value)
