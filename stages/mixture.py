@@ -713,7 +713,13 @@ class MixtureStage(Stage):
             per_source.setdefault(source, []).append((bucket, ranges[(source, bucket)]))
         documents = {s: sum(r[1][0] for r in rs) for s, rs in per_source.items()}
         available = {s: sum(r[1][1] for r in rs) for s, rs in per_source.items()}
-        targets = source_targets(available, config)
+        try:
+            targets = source_targets(available, config)
+        except ValueError as exc:
+            if not isinstance(config, PhaseConfig):
+                raise
+            # with several phases, say which one asked for it
+            raise ValueError(f"{exc} (in mixture phase {config.name})") from None
 
         plan: dict[str, Any] = {}
         extra_ids: list[str] = []
