@@ -387,7 +387,9 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
             the phase), ``sample_base`` (windows of the earlier phases),
             ``method``, ``seq_length``, ``pad_id``, ``seed``, ``shuffle_bits``
             and ``shuffle_offset`` (the phase's shuffle buckets are
-            ``shuffle_offset + [0, 2**shuffle_bits)``),
+            ``shuffle_offset + [0, 2**shuffle_bits)``), ``phase`` (its
+            index: shuffle keys use ``phase_seed(seed, phase)``) and
+            ``phase_first_bucket``,
             ``decision_columns``, ``spill``, ``marker``.
 
     Returns:
@@ -435,7 +437,7 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
             _write_table(fragments, spill / "fragments" / name, 1 << 20)
             result["fragments"] = int(frag.sum())
         n_full = max(0, last_full - first_full + 1)
-        ks = base + np.arange(first_full, first_full + n_full, dtype=np.int64)
+        ks = np.arange(first_full, first_full + n_full, dtype=np.int64)  # window numbers within the phase
         start = first_full * window - offset
         samples = stream[start:start + n_full * window].reshape(n_full, window) if n_full else \
             np.zeros((0, window), stream.dtype)
@@ -451,12 +453,16 @@ def pack_bucket(task: dict[str, Any]) -> dict[str, Any]:
             segments = _segments_table([], order, np.zeros(0, np.int64), [], [], [], [], {})
         n_full = samples.shape[0]
         result["padding"] = int(samples.size - lengths.sum())
-        ks = (np.int64(b) << np.int64(_BEST_FIT_SHIFT)) + np.arange(n_full, dtype=np.int64)
+        local_bucket = b - task.get("phase_first_bucket", 0)  # the bucket's number within its phase
+        ks = (np.int64(local_bucket) << np.int64(_BEST_FIT_SHIFT)) + np.arange(n_full, dtype=np.int64)
         seg_local = segments["sample_index"].to_numpy()
         seg = tuple(segments[c].to_numpy() for c in ("doc_index", "doc_token_start", "doc_token_end",
                                                      "sample_token_start", "sample_token_end"))
 
-    keys = sample_shuffle_keys(ks.astype(np.uint64), task["seed"]) if n_full else np.zeros(0, np.uint64)
+    # Shuffle keys from the sample's number within its phase and the phase's
+    # seed: a phase's order does not depend on the phases before it.
+    keys = sample_shuffle_keys(ks.astype(np.uint64), phase_seed(task["seed"], task.get("phase", 0))) \
+        if n_full else np.zeros(0, np.uint64)
     offsets, values = _ends_lists(seg_local, seg[4], n_full, seq_length)
     buckets = task.get("shuffle_offset", 0) + shuffle_bucket_of(keys, task["shuffle_bits"])
     sample_table = pa.table({
@@ -500,11 +506,13 @@ def stitch_fragments(fragment_files: list[Path], seq_length: int, seed: int, shu
         if not done_samples:
             return
         ks = np.array([d[0] for d in done_samples], np.int64)
-        keys = sample_shuffle_keys(ks.astype(np.uint64), seed)
-        buckets = np.zeros(len(ks), np.int64)
         phase = np.searchsorted(np.array([p[0] for p in phases]), ks, side="right") - 1
-        for p, (_, bits, shuffle_offset) in enumerate(phases):
-            buckets[phase == p] = shuffle_offset + shuffle_bucket_of(keys[phase == p], bits)
+        keys = np.zeros(len(ks), np.uint64)
+        buckets = np.zeros(len(ks), np.int64)
+        for p, (base, bits, shuffle_offset) in enumerate(phases):
+            mine = phase == p
+            keys[mine] = sample_shuffle_keys((ks[mine] - base).astype(np.uint64), phase_seed(seed, p))
+            buckets[mine] = shuffle_offset + shuffle_bucket_of(keys[mine], bits)
         segs = [d[2] for d in done_samples]
         seg_local = np.concatenate([np.full(s.num_rows, i, np.int64) for i, s in enumerate(segs)])
         seg = pa.concat_tables(segs)
@@ -946,7 +954,8 @@ def assemble(cfg, final_parts: list, stage_depths: list[tuple[str, int]], stage_
         p = int(phase_of_bucket[b])
         tasks.append({"kind": "pack", "bucket": b, "order_files": [str(f) for f in part_files], "offset": offsets[b],
                       "num_samples": None if phase_samples is None else phase_samples[p],
-                      **({"sample_base": sample_base[p], "shuffle_offset": phase_shuffle[p][1]} if phases else {}),
+                      **({"sample_base": sample_base[p], "shuffle_offset": phase_shuffle[p][1], "phase": p,
+                          "phase_first_bucket": phase_buckets[p][0]} if phases else {}),
                       "method": method, "seq_length": seq_length, "pad_id": pad_id,
                       "seed": cfg.seed, "shuffle_bits": phase_shuffle[p][0],
                       "decision_columns": list(decision_columns),

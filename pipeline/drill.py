@@ -58,7 +58,8 @@ FLAG_LANGID_SCORE = 0.60
 above the stage's own floor (``langid.min_score`` 0.5, CCNet)."""
 FLAG_COPIES = 4
 """A piece whose document the mixture repeated this many times or more
-(``mixture_repeats``) is flagged (``copies``): 4 epochs is where repeating
+(``mixture_repeats``; with ``mixture.phases``, its copies in the sample's phase,
+as ``max_epochs`` counts within a phase) is flagged (``copies``): 4 epochs is where repeating
 stops helping (Muennighoff et al. 2023) and the default ``max_epochs``."""
 FULL_TEXT_CHARS = 1 << 40  # "the whole document" for pipeline.lineage.read_documents
 
@@ -267,6 +268,26 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
     # A staged mixture: a step's target is its phase's (records name the phase).
     phase_targets = {p.get("name"): {src: f.get("target_share") for src, f in (p.get("per_source") or {}).items()}
                      for p in manifest.get("mixture", {}).get("phases") or ()}
+    # A staged mixture: max_epochs (and so the copies flag) counts within a
+    # phase, so a document's copies are those of the phase of the sample.
+    phase_index = {p.get("name"): k for k, p in enumerate(manifest.get("phases") or ())}
+    phase_copies: dict[str, list[int]] = {}
+    if phase_index:
+        many = sorted({seg["doc_id"] for r in records for seg in r["segments"]
+                       if (seg.get("mixture_repeats") or 0) >= FLAG_COPIES})
+        if many:
+            from pipeline.lineage import read_documents
+
+            found = read_documents(version_dir, many, 0, columns=("mixture_phase_repeats",), manifest=manifest)
+            phase_copies = {d: v.get("mixture_phase_repeats") or [] for d, v in found.items()}
+
+    def copies_of(seg: dict[str, Any], phase: str | None) -> int:
+        total = seg.get("mixture_repeats") or 0
+        listed = phase_copies.get(seg["doc_id"])
+        if phase is None or not listed or phase_index.get(phase) is None:
+            return total
+        return int(listed[phase_index[phase]])
+
     coverage = (((manifest.get("stages") or {}).get("perplexity") or {}).get("fit") or {}).get("coverage") or {}
     declared = {lang for lang, u in (coverage.get("unscored") or {}).items() if u.get("declared")}
     out: dict[int, dict[str, Any]] = {}
@@ -279,7 +300,7 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
         run, run_id = longest_run(ids)
         unique = len(np.unique(ids)) / len(ids)
         where = {"sample_index": record["sample_index"], "dp_rank": record["dp_rank"], "row": record["row"]}
-        copies = max((seg.get("mixture_repeats") or 0) for seg in record["segments"])
+        copies = max(copies_of(seg, record.get("phase")) for seg in record["segments"])
         s["samples_detail"].append({**where, "longest_run": run, "longest_run_id": run_id,
                                     "unique_share": unique, "max_copies": copies})
         if run >= FLAG_LONGEST_RUN:
@@ -298,9 +319,9 @@ def step_summaries(version_dir: str | Path, records: list[dict[str, Any]], rows:
             if score is not None and score < FLAG_LANGID_SCORE:
                 s["flags"].append({**where, "flag": "low_langid_score", "value": score, "limit": FLAG_LANGID_SCORE,
                                    "doc_id": seg["doc_id"]})
-            if (seg.get("mixture_repeats") or 0) >= FLAG_COPIES:
-                s["flags"].append({**where, "flag": "copies", "value": seg["mixture_repeats"], "limit": FLAG_COPIES,
-                                   "doc_id": seg["doc_id"]})
+            if copies_of(seg, record.get("phase")) >= FLAG_COPIES:
+                s["flags"].append({**where, "flag": "copies", "value": copies_of(seg, record.get("phase")),
+                                   "limit": FLAG_COPIES, "doc_id": seg["doc_id"]})
             if ("perplexity_value" in seg and seg.get("perplexity_value") is None
                     and seg.get("langid_lang") not in declared):
                 s["flags"].append({**where, "flag": "unscored", "value": seg.get("langid_lang"), "limit": None,

@@ -360,7 +360,9 @@ def lineage_for_step(
     if num_samples < global_batch:  # the loader refuses such a version too
         raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
     try:
-        stream = Stream.of(manifest, global_batch, seed if isinstance(seed, int) and seed >= 0 else 0)
+        stream = Stream.of(manifest, global_batch, seed if isinstance(seed, int) and seed >= 0 else 0,
+                           first_position=consumed_samples if isinstance(consumed_samples, int)
+                           and consumed_samples >= 0 else 0)
     except ValueError as exc:
         raise ValueError(f"{version_dir}: {exc}") from None
     check_int("around", around, 0)

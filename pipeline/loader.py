@@ -353,11 +353,11 @@ def create_dataset(
     if num_samples < global_batch:
         raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
     try:
-        stream = Stream.of(manifest, global_batch, seed)
+        stream = Stream.of(manifest, global_batch, seed, first_position=position)
     except ValueError as exc:
         raise ValueError(f"{version_dir}: {exc}") from None
     first, init_step = position % global_batch, position // global_batch
-    batches = (num_epochs * stream.epoch_positions - first) // global_batch
+    batches = (stream.total_positions(num_epochs) - first) // global_batch
     if init_step >= batches:
         what = f"start_step {start_step}" if consumed_samples is None else f"consumed_samples {consumed_samples}"
         raise ValueError(f"{what} is past the last step ({batches - 1}) of {num_epochs} epoch(s) of {version_dir} "

@@ -289,21 +289,29 @@ class Stream:
     global_batch`` positions); in epoch ``e >= 1`` phase ``k`` reads its
     samples in the keyed permutation of epoch ``e`` and phase ``k`` (round
     keys salted with the phase), the first ``steps_k * global_batch`` of it.
-    Stream positions stay consumed samples: a resume from
-    ``consumed_samples`` continues the same stream, provided the global
-    batch at each phase switch was the one given here (a batch-size ramp-up
-    that ends before the first switch).
+
+    **Resumes after a batch-size ramp-up.** Stream positions are consumed
+    samples. When the steps of ``global_batch`` start at a position ``f`` off
+    its grid (``first_position % global_batch``: ``consumed_samples`` after a
+    ramp-up), phase 0 of epoch 0 ends at the last position ``f + m *
+    global_batch`` within it, so every switch (and every epoch's end) falls
+    between two steps of the resumed run; the rest is as above. A ramp-up
+    must end before the first switch (positions read before ``first_position``
+    were read with other batch sizes).
 
     Pure numpy; O(1) memory per position beyond the in/out arrays.
     """
 
     def __init__(self, num_samples: int, global_batch: int, seed: int = 0,
-                 phases: list[dict] | None = None):
+                 phases: list[dict] | None = None, first_position: int = 0):
         """Args:
             num_samples: rows of the version.
             global_batch: samples per global step.
             seed: keys the permutations of epochs >= 1 (the loader's seed).
             phases: the manifest's ``phases`` (None or empty: no schedule).
+            first_position: where the run's steps of ``global_batch`` are
+                counted from (``consumed_samples`` of a resume; 0 otherwise);
+                only ``first_position % global_batch`` matters.
 
         Raises:
             TypeError / ValueError: bad numbers; phases that do not tile
@@ -313,49 +321,64 @@ class Stream:
         check_int("num_samples", num_samples, 1, type_error=True)
         check_int("global_batch", global_batch, 1, type_error=True)
         check_int("seed", seed, 0, type_error=True)
+        check_int("first_position", first_position, 0, type_error=True)
         self.num_samples, self.global_batch, self.seed = num_samples, global_batch, seed
+        self.offset = first_position % global_batch
         self.phases = list(phases or [])
-        if self.phases:
-            first = [int(p["first_sample"]) for p in self.phases]
-            counts = [int(p["num_samples"]) for p in self.phases]
-            if first != list(np.cumsum([0] + counts)[:-1]) or sum(counts) != num_samples:
-                raise ValueError(f"phases {[(p.get('name'), f, n) for p, f, n in zip(self.phases, first, counts)]} "
-                                 f"do not tile the {num_samples} samples in order")
-            self._first_sample = np.array(first, np.int64)
-            self._counts = np.array(counts, np.int64)
-            self._used = self._counts // global_batch * global_batch
-            self._first_position = np.cumsum(np.r_[0, self._used])[:-1].astype(np.int64)
-            self.epoch_positions = int(self._used.sum())
-            short = [f"{p.get('name')} ({n} samples)" for p, n in zip(self.phases, counts) if n < global_batch]
-            if short:
-                raise ValueError(f"mixture phase(s) {', '.join(short)} hold no complete global batch of "
-                                 f"{global_batch}: the schedule would skip them (raise the phase's token_budget "
-                                 "or lower the global batch)")
-        else:
-            self.epoch_positions = num_samples
+        if not self.phases:
+            self.first_epoch_positions = self.epoch_positions = num_samples
+            return
+        first = [int(p["first_sample"]) for p in self.phases]
+        counts = [int(p["num_samples"]) for p in self.phases]
+        if first != list(np.cumsum([0] + counts)[:-1]) or sum(counts) != num_samples:
+            raise ValueError(f"phases {[(p.get('name'), f, n) for p, f, n in zip(self.phases, first, counts)]} "
+                             f"do not tile the {num_samples} samples in order")
+        short = [f"{p.get('name')} ({n} samples)" for p, n in zip(self.phases, counts) if n < global_batch]
+        if short:
+            raise ValueError(f"mixture phase(s) {', '.join(short)} hold no complete global batch of "
+                             f"{global_batch}: the schedule would skip them (raise the phase's token_budget "
+                             "or lower the global batch)")
+        self._first_sample = np.array(first, np.int64)
+        self._counts = np.array(counts, np.int64)
+        # positions read per phase: [epoch 0, later epochs]
+        later = self._counts // global_batch * global_batch
+        first_epoch = later.copy()
+        first_epoch[0] = self.offset + (self._counts[0] - self.offset) // global_batch * global_batch
+        self._used = (first_epoch, later)
+        self._first_position = tuple(np.cumsum(np.r_[0, u])[:-1].astype(np.int64) for u in self._used)
+        self.first_epoch_positions = int(first_epoch.sum())
+        self.epoch_positions = int(later.sum())
 
     @classmethod
-    def of(cls, manifest: dict, global_batch: int, seed: int = 0) -> "Stream":
+    def of(cls, manifest: dict, global_batch: int, seed: int = 0, first_position: int = 0) -> "Stream":
         """The stream of a version's manifest (its ``num_samples`` and
         ``phases``)."""
-        return cls(manifest["num_samples"], global_batch, seed, manifest.get("phases"))
+        return cls(manifest["num_samples"], global_batch, seed, manifest.get("phases"), first_position)
+
+    def total_positions(self, num_epochs: int = 1) -> int:
+        """Positions of ``num_epochs`` epochs (the first may be shorter or
+        longer by the resume's grid offset)."""
+        check_int("num_epochs", num_epochs, 1, type_error=True)
+        return self.first_epoch_positions + (num_epochs - 1) * self.epoch_positions
 
     def num_steps(self, num_epochs: int = 1) -> int:
-        """Complete global steps in ``num_epochs`` epochs (see :func:`num_steps`)."""
-        check_int("num_epochs", num_epochs, 1, type_error=True)
-        return num_epochs * self.epoch_positions // self.global_batch
+        """Complete global steps in ``num_epochs`` epochs, counted from
+        position ``first_position % global_batch`` (see :func:`num_steps`)."""
+        return (self.total_positions(num_epochs) - self.offset) // self.global_batch
 
     def schedule(self) -> list[dict]:
         """Per phase ``name``, ``first_sample``, ``num_samples``,
-        ``first_step`` (global step where it starts in epoch 0), ``steps``
-        and ``unread_samples`` (not read in epoch 0); empty without phases."""
+        ``first_position`` and ``first_step`` (where it starts in epoch 0;
+        steps counted from the grid offset), ``steps`` and ``unread_samples``
+        (not read in epoch 0); empty without phases."""
         if not self.phases:
             return []
+        used, first_position = self._used[0], self._first_position[0]
         return [{"name": p.get("name"), "first_sample": int(f), "num_samples": int(n),
-                 "first_step": int(q) // self.global_batch, "steps": int(u) // self.global_batch,
-                 "unread_samples": int(n - u)}
-                for p, f, n, u, q in zip(self.phases, self._first_sample, self._counts, self._used,
-                                         self._first_position)]
+                 "first_position": int(q), "first_step": (int(q) - self.offset) // self.global_batch if k else 0,
+                 "steps": int(u) // self.global_batch, "unread_samples": int(n - u)}
+                for k, (p, f, n, u, q) in enumerate(zip(self.phases, self._first_sample, self._counts, used,
+                                                        first_position))]
 
     def phase_of_sample(self, sample_index: int) -> int | None:
         """The phase (index) of a row; None without phases."""
@@ -365,7 +388,9 @@ class Stream:
 
     def epoch_of(self, position: int) -> int:
         """The epoch of a stream position."""
-        return int(position) // self.epoch_positions
+        if int(position) < self.first_epoch_positions:
+            return 0
+        return 1 + (int(position) - self.first_epoch_positions) // self.epoch_positions
 
     def samples(self, positions: Iterable[int] | np.ndarray) -> np.ndarray:
         """Sample index at each stream position: int64[n] for int64[n].
@@ -378,10 +403,16 @@ class Stream:
         positions = np.asarray(positions, dtype=np.int64).reshape(-1)
         if positions.size and int(positions.min()) < 0:
             raise ValueError(f"stream positions must be >= 0, got {int(positions.min())}")
-        epochs, rest = np.divmod(positions, self.epoch_positions)
-        phase = np.searchsorted(self._first_position, rest, side="right") - 1
-        offsets = rest - self._first_position[phase]
-        out = self._first_sample[phase] + offsets
+        later = positions >= self.first_epoch_positions
+        epochs = np.where(later, 1 + (positions - self.first_epoch_positions) // max(self.epoch_positions, 1), 0)
+        rest = np.where(later, (positions - self.first_epoch_positions) % max(self.epoch_positions, 1), positions)
+        out = np.empty(len(positions), np.int64)
+        offsets = np.empty(len(positions), np.int64)
+        phase = np.empty(len(positions), np.int64)
+        for kind, where in ((0, ~later), (1, later)):
+            phase[where] = np.searchsorted(self._first_position[kind], rest[where], side="right") - 1
+            offsets[where] = rest[where] - self._first_position[kind][phase[where]]
+        out[:] = self._first_sample[phase] + offsets
         for epoch, k in {(int(e), int(k)) for e, k in zip(epochs, phase)}:
             if epoch == 0:
                 continue
@@ -408,8 +439,10 @@ class Stream:
         local = sample_index - int(self._first_sample[k])
         out: list[int | None] = []
         for epoch in range(num_epochs):
+            kind = min(epoch, 1)
+            start = 0 if epoch == 0 else self.first_epoch_positions + (epoch - 1) * self.epoch_positions
             offset = local if epoch == 0 else int(
                 _permute(np.array([local]), int(self._counts[k]), self.seed, epoch, inverse=True, phase=k)[0])
-            out.append(epoch * self.epoch_positions + int(self._first_position[k]) + offset
-                       if offset < self._used[k] else None)
+            out.append(start + int(self._first_position[kind][k]) + offset
+                       if offset < self._used[kind][k] else None)
         return out

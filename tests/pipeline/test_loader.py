@@ -450,8 +450,18 @@ def test_schedule_known_values():
     stream = Stream(NUM_SAMPLES, 8, seed=4, phases=phases)
     # main: 3 whole steps (24 samples, 6 unread); anneal starts at step 3 with 2 steps (4 unread)
     assert stream.schedule() == [
-        {"name": "main", "first_sample": 0, "num_samples": 30, "first_step": 0, "steps": 3, "unread_samples": 6},
-        {"name": "anneal", "first_sample": 30, "num_samples": 20, "first_step": 3, "steps": 2, "unread_samples": 4}]
+        {"name": "main", "first_sample": 0, "num_samples": 30, "first_position": 0, "first_step": 0, "steps": 3,
+         "unread_samples": 6},
+        {"name": "anneal", "first_sample": 30, "num_samples": 20, "first_position": 24, "first_step": 3, "steps": 2,
+         "unread_samples": 4}]
+    # a resume after a ramp-up at consumed_samples 4: steps are positions 4 + 8k, so main ends at 28
+    ramp = Stream(NUM_SAMPLES, 8, seed=4, phases=phases, first_position=4)
+    assert [(p["first_position"], p["first_step"], p["unread_samples"]) for p in ramp.schedule()] == \
+        [(0, 0, 2), (28, 3, 4)]
+    assert ramp.samples(np.arange(44)).tolist() == list(range(28)) + list(range(30, 46))
+    assert ramp.num_steps(2) == (44 + 40 - 4) // 8 and ramp.epoch_of(43) == 0 and ramp.epoch_of(44) == 1
+    later = ramp.samples(np.arange(44, 84))
+    assert (later[:24] < 30).all() and (later[24:] >= 30).all()
     assert stream.epoch_positions == 40 and stream.num_steps(2) == 10
     assert stream.samples(np.arange(40)).tolist() == list(range(24)) + list(range(30, 46))
     epoch1 = stream.samples(np.arange(40, 80))
@@ -489,3 +499,21 @@ def test_loader_reads_the_phases_in_order_and_never_mixes_them_in_a_step(phased_
         by_samples = _batches(create_dataset(phased_version, 8, rank, dp_size, num_epochs=2, seed=4,
                                              consumed_samples=24))
         assert [_global_indices(b) for b in by_samples] == [_global_indices(b) for b in batches[3:]]
+
+
+def test_a_ramp_up_resume_off_the_grid_keeps_phases_apart(phased_version):
+    """4 samples trained at another batch size, then global batch 8 from consumed_samples 4:
+    main ends at position 28, so no step of the resumed run holds two phases."""
+    from pipeline.order import Stream
+
+    phases = json.loads((phased_version / "manifest.json").read_text())["phases"]
+    stream = Stream(NUM_SAMPLES, 8, seed=4, phases=phases, first_position=4)
+    for dp_size in (1, 2):
+        for rank in range(dp_size):
+            batches = _batches(create_dataset(phased_version, 8, rank, dp_size, num_epochs=2, seed=4,
+                                              consumed_samples=4))
+            assert len(batches) == stream.num_steps(2)
+            for k, batch in enumerate(batches):
+                want = stream.samples(4 + 8 * k + np.arange(8))
+                assert _global_indices(batch) == want[rank::dp_size].tolist()
+                assert len({int(s >= 30) for s in want}) == 1, k
