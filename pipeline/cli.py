@@ -608,9 +608,11 @@ def mindformers(
 ) -> None:
     """The mindformers 1.8 train_dataset YAML for each format of VERSION, then a check
     against mindformers' own rules; exit 1 with one line per problem. With --step N,
-    the documents GPTDataset put in step N of a run on the megatron format."""
+    the documents GPTDataset put in step N of a run on the megatron format. A staged
+    mixture (mixture.phases) whose phases do not start on a step boundary at
+    --global-batch is a problem too (mindformers reads rows in order)."""
     from pipeline.manifest import load_manifest
-    from pipeline.mindformers import check_version, format_yaml, gpt_lineage_for_step, version_formats
+    from pipeline.mindformers import check_version, format_yaml, gpt_lineage_for_step, phase_problems, version_formats
 
     vdir = _version_dir(version, corpora_root, config)
     try:
@@ -634,7 +636,7 @@ def mindformers(
         _error(visible(exc))
         raise typer.Exit(2) from None
     if check:
-        problems = check_version(vdir, manifest)
+        problems = check_version(vdir, manifest) + phase_problems(manifest, global_batch)
         for line in problems:
             _print(f"BAD {line}")
         if problems:

@@ -42,7 +42,11 @@ phase, whole global steps per phase (:class:`pipeline.order.Stream`): phase
 ``k`` starts at step ``sum(num_samples_j // global_batch, j < k)`` by itself,
 each phase's last incomplete global batch is not read, and the subset sampler
 above is used (its O(positions per rank) memory) whatever ``num_epochs``. A
-phase smaller than one global batch is refused.
+phase smaller than one global batch is refused. With ``consumed_samples`` off
+the grid of ``global_batch`` (after a ramp-up), the schedule is laid on the
+resumed run's steps, so no step mixes phases either. The returned dataset's
+``mindcorpus_phases`` lists each phase's first step, steps and unread rows
+(logged at INFO); empty without phases.
 
 Columns: ``input_ids`` (int32[seq_length + 1]) and, in versions built since
 document boundaries were added, ``actual_seq_len`` (int32[width]: where
@@ -412,6 +416,8 @@ def create_dataset(
         raise ValueError(f"{version_dir}: batches are {types_}{shapes}, expected int32{expected[0]} "
                          f"({want}) from the manifest")
     _guard_resume(dataset, batches, f"{version_dir.name} rank {dp_rank}/{dp_size}")
+    # The schedule of a staged mixture at this global batch (pipeline.order.Stream.schedule).
+    dataset.mindcorpus_phases = stream.schedule()
     if stream.phases:
         log.info("%s: mixture phases %s", version_dir.name, ", ".join(
             f"{p['name']} from step {p['first_step']} ({p['steps']} steps, {p['unread_samples']} samples unread)"

@@ -282,13 +282,34 @@ def phase_comment(manifest: dict[str, Any], global_batch: int) -> list[str]:
     for phase in manifest.get("phases") or ():
         first = int(phase["first_sample"])
         step, rest = divmod(first, global_batch)
-        lines.append(f"Mixture phase {phase['name']}: rows {first}..{first + int(phase['num_samples']) - 1}, "
-                     f"from step {step}{'' if not rest else f' row {rest}'} at global batch {global_batch}.")
-        if rest:
-            lines.append(f"WARNING: read in order, step {step} mixes {rest} rows of the previous phase with "
-                         f"{global_batch - rest} of {phase['name']}; rebuild with mixture.align_samples a multiple "
-                         f"of {global_batch}, or train with pipeline.loader.create_dataset (whole steps per phase).")
-    return lines
+        lines.append(f"Mixture phase {phase['name']}: rows {first}..{first + int(phase['num_samples']) - 1} "
+                     f"(inclusive), from step {step}{'' if not rest else f' row {rest}'} at global batch "
+                     f"{global_batch}.")
+    return lines + [f"WARNING: {line}" for line in phase_problems(manifest, global_batch)]
+
+
+def phase_problems(manifest: dict[str, Any], global_batch: int) -> list[str]:
+    """What goes wrong when mindformers reads a staged mixture
+    (``manifest["phases"]``) in row order, ``global_batch`` rows per step, one
+    line each (empty: nothing): a phase that starts inside a step (that step
+    mixes two phases, and from there on ``lineage --step N``, which describes
+    ``pipeline.loader.create_dataset``'s steps, no longer names mindformers'
+    step N), and a phase smaller than one global batch."""
+    problems = []
+    for k, phase in enumerate(manifest.get("phases") or ()):
+        first, rows = int(phase["first_sample"]), int(phase["num_samples"])
+        if rows < global_batch:
+            problems.append(f"mixture phase {phase['name']} holds {rows} rows, fewer than one global batch of "
+                            f"{global_batch}: lower the global batch or rebuild with a larger token_budget")
+        elif k and first % global_batch:
+            step, rest = divmod(first, global_batch)
+            problems.append(
+                f"mixture phase {phase['name']} starts at row {first}, inside step {step} at global batch "
+                f"{global_batch}: read in order, step {step} mixes {rest} rows of the previous phase with "
+                f"{global_batch - rest} of {phase['name']}, and from step {step} on `lineage --step N` (the "
+                f"steps of pipeline.loader.create_dataset) is not mindformers' step N; rebuild with "
+                f"mixture.align_samples a multiple of {global_batch}, or train with create_dataset")
+    return problems
 
 
 def _mindrecord_files(version_dir: Path, manifest: dict[str, Any], fmt: str) -> list[str]:

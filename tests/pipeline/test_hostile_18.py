@@ -24,7 +24,7 @@ def _head_jsonl_zst(src, dst, n, step=1):
     dst.write_text("".join(lines[::step][:n]), encoding="utf-8")
 
 
-def _config(data, mid_weights):
+def _config(data, mid_weights, mid_budget=4_000):
     return {
         "seed": 11,
         "sources": {"web": {"paths": [str(data / "web.jsonl")]},
@@ -36,7 +36,7 @@ def _config(data, mid_weights):
         "tokenize": {"vocab_size": 1000},
         "mixture": {"phases": [
             {"name": "main", "token_budget": 12_000, "weights": {"web": 0.7, "manuals": 0.3}},
-            {"name": "mid", "token_budget": 4_000, "weights": mid_weights},
+            {"name": "mid", "token_budget": mid_budget, "weights": mid_weights},
             {"name": "anneal", "token_budget": 4_000, "weights": {"web": 0.3, "manuals": 0.7}}]},
         "output": {"seq_length": SEQ, "max_shard_bytes": 64 * (SEQ + 1) * 4, "order_bucket_tokens": 3000,
                    "shuffle_bucket_samples": 16},
@@ -51,8 +51,8 @@ def three(tmp_path_factory):
     _head_jsonl_zst(SAMPLE / "web-fortunes.jsonl.zst", data / "web.jsonl", 300, step=12)
     _head_jsonl_zst(SAMPLE / "manuals-manpages.jsonl.zst", data / "manuals.jsonl", 12, step=28)
     out = {}
-    for name, mid in (("a", {"web": 0.5, "manuals": 0.5}), ("b", {"web": 0.1, "manuals": 0.9})):
-        (root / f"{name}.yaml").write_text(yaml.safe_dump(_config(data, mid)))
+    for name, mid, budget in (("a", {"web": 0.5, "manuals": 0.5}, 4_000), ("b", {"web": 0.1, "manuals": 0.9}, 5_000)):
+        (root / f"{name}.yaml").write_text(yaml.safe_dump(_config(data, mid, budget)))
         out[name] = build(name, root / f"{name}.yaml", root / "corpora", log=lambda _: None)
     return out
 
@@ -73,11 +73,11 @@ def _phase_rows(result, name):
 
 
 def test_changing_only_the_middle_phase_leaves_the_later_phase_unchanged(three):
-    """The anneal phase is planned and packed with its own seed (same windows in
-    both builds), but its rows are shuffled by their *global* window index
-    (``sample_shuffle_keys(sample_base + i, seed)``), so a change of an earlier
-    phase's sample count reorders every later phase: an ablation of the mid
-    phase also changes the order in which the anneal phase is trained."""
+    """The anneal phase is planned, packed and shuffled with its own seed and
+    its own sample numbers, so a change of the mid phase (weights and budget:
+    another sample count) leaves the anneal phase's rows as they were, only
+    moved (it shuffled by the *global* window index, so an ablation of the mid
+    phase reordered the anneal phase)."""
     a, b = three["a"].manifest["phases"], three["b"].manifest["phases"]
     assert a[1]["num_samples"] != b[1]["num_samples"]  # the mid phase really changed size
     assert _phase_rows(three["a"], "main") == _phase_rows(three["b"], "main")

@@ -306,7 +306,7 @@ def test_align_samples_cuts_each_phase_to_whole_steps(phased, aligned):
         # its document order (which holds no late copy of an up-sampled document): the mix holds
         weights = MAIN if p["name"] == "main" else ANNEAL
         for src, w in weights.items():
-            assert abs(p["packed_per_source"][src]["share"] - w) < 0.04, (p["name"], src, p["packed_per_source"])
+            assert abs(p["packed_per_source"][src]["share"] - w) < 0.06, (p["name"], src, p["packed_per_source"])
     assert m["packing"]["tokens_dropped_tail"] == sum(p["tokens_dropped_tail"] for p in m["phases"])
     assert all(s["unread_samples"] == 0 for s in Stream.of(m, 16).schedule())
 
@@ -318,11 +318,16 @@ def test_mindformers_yaml_warns_about_a_step_that_mixes_phases(phased, aligned):
     first = plain["phases"][1]["first_sample"]
     text = mf.format_yaml(phased["result"].version_dir, plain, "mindrecord", 16)
     if first % 16:
-        assert f"WARNING: read in order, step {first // 16} mixes {first % 16} rows of the previous phase" in text
+        assert f"# WARNING: mixture phase anneal starts at row {first}, inside step {first // 16} at global batch " \
+               f"16: read in order, step {first // 16} mixes {first % 16} rows of the previous phase" in text
+        assert len(mf.phase_problems(plain, 16)) == 1
     text = mf.format_yaml(aligned.version_dir, aligned.manifest, "mindrecord_shifted", 16)
     start = aligned.manifest["phases"][1]["first_sample"]
-    assert f"# Mixture phase anneal: rows {start}..{aligned.manifest['num_samples'] - 1}, from step {start // 16} " \
-           "at global batch 16." in text and "WARNING" not in text
+    assert f"# Mixture phase anneal: rows {start}..{aligned.manifest['num_samples'] - 1} (inclusive), from step " \
+           f"{start // 16} at global batch 16." in text and "WARNING" not in text
+    assert mf.phase_problems(aligned.manifest, 16) == []
+    big = aligned.manifest["phases"][1]["num_samples"] + 16
+    assert "fewer than one global batch" in mf.phase_problems(aligned.manifest, big)[0]
 
 
 def test_mindformers_reads_the_aligned_phases_step_by_step(aligned, tmp_path):
