@@ -98,12 +98,14 @@ class Config(StageConfig):
             converted to Simplified with OpenCC before the model sees it, in
             training and scoring alike: ``tw2sp`` (default: Taiwan standard to
             mainland Simplified, with phrases), ``t2s`` (characters only) or
-            ``none``. Our measurement on the 300 zh_CN/zh_TW man-page twins of
+            ``none``; a document without Traditional-only characters is
+            never rewritten (:func:`stages.zh_script.fold_to_simplified`).
+            Our measurement on 400 zh_CN/zh_TW man-page twins of
             ../shared/corpus plus the 6 maint-guide zh-cn/zh-tw DEV pages of
             corpus-multi, model trained on debref zh: perplexity(Hant) /
-            perplexity(Hans) per pair, median (p5-p95), is 2.54 (1.76-3.38)
-            with ``none``, 1.23 (1.07-1.46) with ``t2s`` and 1.08
-            (1.00-1.31) with ``tw2sp`` (docs/stages/perplexity.md).
+            perplexity(Hans) per pair, median (p5-p95), is 2.46 (1.64-3.38)
+            with ``none``, 1.22 (1.05-1.42) with ``t2s`` and 1.00
+            (0.99-1.05) with ``tw2sp`` (docs/stages/perplexity.md).
         word_salad_max_ratio: language -> cut-off of the *self-shuffle
             ratio* (``perplexity_shuffle_ratio``: perplexity of the document
             with each line's words shuffled over its own perplexity; about 1
