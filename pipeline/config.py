@@ -556,11 +556,17 @@ def load_config(path: Path):
 
 def config_dict(cfg) -> dict[str, Any]:
     """The resolved config (every default filled in) as plain JSON-able data;
-    ``plugins`` only when there are some (a build without plugins resolves
-    to what it did before the key existed)."""
+    ``plugins`` only when there are some, ``mixture.phases`` and
+    ``mixture.align_samples`` only when set (a build without them resolves
+    to what it did before the keys existed)."""
     out = cfg.model_dump(mode="json")
     if not out.get("plugins"):
         out.pop("plugins", None)
+    mixture = out.get("mixture")
+    if isinstance(mixture, dict) and not mixture.get("phases") and mixture.get("align_samples") is None:
+        # a one-phase mixture resolves (and hashes) as before mixture.phases existed
+        mixture.pop("phases", None)
+        mixture.pop("align_samples", None)
     return out
 
 

@@ -381,3 +381,15 @@ def test_best_fit_packs_each_phase_on_its_own(phased):
                  for d in pq.read_table(vdir / "documents", columns=["id", "mixture_phase_repeats"]).to_pylist()}
     for row in pq.read_table(vdir / "lineage", columns=["sample_index", "doc_id", "repeat"]).to_pylist():
         assert (row["repeat"] < per_phase[row["doc_id"]][0]) == (row["sample_index"] < phases[1]["first_sample"])
+
+
+def test_a_one_phase_config_resolves_as_before_phases_existed(phased, tmp_path):
+    from pipeline.config import config_dict
+
+    cfg = _config(phased["data"])
+    phased_cfg = config_dict(load_config(phased["root"] / "phased.yaml"))
+    assert [p["name"] for p in phased_cfg["mixture"]["phases"]] == ["main", "anneal"]
+    cfg["mixture"] = {"token_budget": 40_000, "weights": MAIN}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(cfg))
+    one = config_dict(load_config(tmp_path / "one.yaml"))["mixture"]
+    assert one == {"token_budget": 40_000, "weights": MAIN, "max_epochs": {}}
