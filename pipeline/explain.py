@@ -225,7 +225,21 @@ def _dedup(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]
 def _mixture(row: dict[str, Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The document's source's sampling facts (manifest ``mixture.per_source``):
     ``ratio`` (tokens sampled / available: below 1 the source was
-    down-sampled, whole documents chosen by seed) against its target share."""
+    down-sampled, whole documents chosen by seed) against its target share;
+    with ``mixture.phases``, one per phase with the document's copies in it."""
+    phases = (manifest.get("mixture") or {}).get("phases")
+    if phases:  # a staged mixture: the source's ratio and the document's copies in each phase
+        copies = row.get("mixture_phase_repeats") or [None] * len(phases)
+        out = []
+        for phase, n in zip(phases, copies):
+            f = (phase.get("per_source") or {}).get(row.get("source")) or {}
+            if "ratio" in f:
+                out.append({"name": f"mixture_source_ratio[{phase['name']}]", "value": f["ratio"], "bound": None,
+                            "limit": None, "margin": None, "passes": None,
+                            "note": f"phase {phase['name']}: source {row.get('source')} sampled {f['ratio']:.3g} x "
+                                    f"its available tokens toward target share {f.get('target_share', 0):.3g}; "
+                                    f"this document: {n} cop{'y' if n == 1 else 'ies'}"})
+        return out
     facts = ((manifest.get("mixture") or {}).get("per_source") or {}).get(row.get("source")) or {}
     if "ratio" not in facts:
         return []

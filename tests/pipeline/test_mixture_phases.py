@@ -393,3 +393,16 @@ def test_a_one_phase_config_resolves_as_before_phases_existed(phased, tmp_path):
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(cfg))
     one = config_dict(load_config(tmp_path / "one.yaml"))["mixture"]
     assert one == {"token_budget": 40_000, "weights": MAIN, "max_epochs": {}}
+
+
+def test_explain_gives_the_copies_per_phase(phased):
+    from pipeline.explain import explain_document
+
+    vdir = phased["result"].version_dir
+    docs = pq.read_table(vdir / "documents", columns=["id", "mixture_phase_repeats"]).to_pylist()
+    doc = next(d for d in docs if d["mixture_phase_repeats"][0] and d["mixture_phase_repeats"][1])
+    checks = next(s for s in explain_document(vdir, doc["id"])["stages"] if s["stage"] == "mixture")["checks"]
+    notes = {c["name"]: c["note"] for c in checks if c["name"].startswith("mixture_source_ratio")}
+    assert list(notes) == ["mixture_source_ratio[main]", "mixture_source_ratio[anneal]"]
+    for name, n in zip(notes, doc["mixture_phase_repeats"]):
+        assert notes[name].endswith(f"this document: {n} cop{'y' if n == 1 else 'ies'}")
