@@ -1,27 +1,17 @@
 """Hostile checks of the staged mixture (``mixture.phases``): three phases from
 small slices of the bundled sample (web and manuals only, so a build takes
-~20 s), and the same schedule with only the middle phase's weights changed.
+~20 s), and the same schedule with only the middle phase changed.
 """
-
-import io
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
-import zstandard
+from sample_slices import write_slices
 
 from pipeline.build import build
-from pipeline.config import REPO_ROOT
 
-SAMPLE = REPO_ROOT / "data" / "sample"
 SEQ = 128
 GLOBAL_BATCH = 8
-
-
-def _head_jsonl_zst(src, dst, n, step=1):
-    with open(src, "rb") as fh:
-        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
-    dst.write_text("".join(lines[::step][:n]), encoding="utf-8")
 
 
 def _config(data, mid_weights, mid_budget=4_000):
@@ -47,9 +37,7 @@ def _config(data, mid_weights, mid_budget=4_000):
 def three(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile18")
     data = root / "data"
-    data.mkdir()
-    _head_jsonl_zst(SAMPLE / "web-fortunes.jsonl.zst", data / "web.jsonl", 300, step=12)
-    _head_jsonl_zst(SAMPLE / "manuals-manpages.jsonl.zst", data / "manuals.jsonl", 12, step=28)
+    write_slices(data)
     out = {}
     for name, mid, budget in (("a", {"web": 0.5, "manuals": 0.5}, 4_000), ("b", {"web": 0.1, "manuals": 0.9}, 5_000)):
         (root / f"{name}.yaml").write_text(yaml.safe_dump(_config(data, mid, budget)))
@@ -118,8 +106,7 @@ def test_a_phase_weighting_a_source_without_kept_documents_is_named(tmp_path):
     source (it said only "mixture: sources ['junk'] have a weight but no kept
     tokens")."""
     data = tmp_path / "data"
-    data.mkdir()
-    _head_jsonl_zst(SAMPLE / "web-fortunes.jsonl.zst", data / "web.jsonl", 300, step=12)
+    write_slices(data)
     (data / "junk.jsonl").write_text('{"text": "x"}\n{"text": "!!"}\n', encoding="utf-8")
     web = {"web": 1.0, "junk": 0.0}
     cfg = _config(data, web)

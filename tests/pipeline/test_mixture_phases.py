@@ -7,7 +7,6 @@ at the step the schedule names, by itself; lineage must be exact on both
 sides of the switch.
 """
 
-import io
 import json
 
 import numpy as np
@@ -15,25 +14,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-import zstandard
+from sample_slices import write_slices
 from tokenizers import Tokenizer
 
 from pipeline.build import build
 from pipeline.config import REPO_ROOT, ConfigError, load_config
 from pipeline.order import Stream
 
-SAMPLE = REPO_ROOT / "data" / "sample"
 SEQ = 128
 WINDOW = SEQ + 1
 GLOBAL_BATCH = 8
 MAIN = {"web": 0.6, "manuals": 0.2, "reference": 0.2}
 ANNEAL = {"web": 0.1, "manuals": 0.3, "reference": 0.6}
-
-
-def _head_jsonl_zst(src, dst, n, step=1):
-    with open(src, "rb") as fh:
-        lines = io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(fh), encoding="utf-8").readlines()
-    dst.write_text("".join(lines[::step][:n]), encoding="utf-8")
 
 
 def _config(data, **output):
@@ -60,10 +52,7 @@ def _config(data, **output):
 def phased(tmp_path_factory):
     root = tmp_path_factory.mktemp("phased")
     data = root / "data"
-    data.mkdir()
-    _head_jsonl_zst(SAMPLE / "web-fortunes.jsonl.zst", data / "web.jsonl", 300, step=12)
-    _head_jsonl_zst(SAMPLE / "manuals-manpages.jsonl.zst", data / "manuals.jsonl", 12, step=28)
-    pq.write_table(pq.read_table(SAMPLE / "reference-debref.parquet").slice(0, 45), data / "reference.parquet")
+    write_slices(data, reference=True)
     (root / "phased.yaml").write_text(yaml.safe_dump(_config(data)))
     corpora = root / "corpora"
     first = build("p1", root / "phased.yaml", corpora, log=lambda _: None)
