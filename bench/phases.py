@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from bench.__main__ import bench_config
+from pipeline import layout
 from pipeline.build import build
 from pipeline.config import REPO_ROOT
 from pipeline.manifest import load_manifest
@@ -52,7 +53,7 @@ def main() -> None:
         {"name": "anneal", "token_budget": args.anneal_tokens, "weights": ANNEAL,
          "max_epochs": {s: 4 for s in ANNEAL}}]}
     (out / "phases.yaml").write_text(yaml.safe_dump(cfg))
-    if (out / "corpora" / "phases" / "manifest.json").exists() and args.reuse:
+    if (out / "corpora" / "phases" / layout.MANIFEST).exists() and args.reuse:
         m = load_manifest(out / "corpora" / "phases")
     else:
         shutil.rmtree(out / "corpora", ignore_errors=True)
