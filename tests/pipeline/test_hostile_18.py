@@ -17,8 +17,9 @@ GLOBAL_BATCH = 8
 def _config(data, mid_weights, mid_budget=4_000):
     return {
         "seed": 11,
-        "sources": {"web": {"paths": [str(data / "web.jsonl")]},
-                    "manuals": {"paths": [str(data / "manuals.jsonl")]}},
+        # ids relative to the data folder: the same seeded choices in every run, whatever the tmp path
+        "sources": {"web": {"paths": ["web.jsonl"], "root": str(data)},
+                    "manuals": {"paths": ["manuals.jsonl"], "root": str(data)}},
         "executor": {"num_workers": 2},
         "ingest": {"partition_max_docs": 60},
         "perplexity": {"enabled": False},
@@ -110,7 +111,8 @@ def test_a_phase_weighting_a_source_without_kept_documents_is_named(tmp_path):
     (data / "junk.jsonl").write_text('{"text": "x"}\n{"text": "!!"}\n', encoding="utf-8")
     web = {"web": 1.0, "junk": 0.0}
     cfg = _config(data, web)
-    cfg["sources"] = {"web": {"paths": [str(data / "web.jsonl")]}, "junk": {"paths": [str(data / "junk.jsonl")]}}
+    cfg["sources"] = {"web": {"paths": ["web.jsonl"], "root": str(data)},
+                      "junk": {"paths": ["junk.jsonl"], "root": str(data)}}
     cfg["mixture"]["phases"] = [
         {"name": "main", "token_budget": 6_000, "weights": web},
         {"name": "mid", "token_budget": 2_000, "weights": web},

@@ -31,9 +31,10 @@ ANNEAL = {"web": 0.1, "manuals": 0.3, "reference": 0.6}
 def _config(data, **output):
     return {
         "seed": 11,
-        "sources": {"web": {"paths": [str(data / "web.jsonl")]},
-                    "manuals": {"paths": [str(data / "manuals.jsonl")]},
-                    "reference": {"paths": [str(data / "reference.parquet")]}},
+        # ids relative to the data folder: the same seeded choices in every run, whatever the tmp path
+        "sources": {"web": {"paths": ["web.jsonl"], "root": str(data)},
+                    "manuals": {"paths": ["manuals.jsonl"], "root": str(data)},
+                    "reference": {"paths": ["reference.parquet"], "root": str(data)}},
         "executor": {"num_workers": 2},
         "ingest": {"partition_max_docs": 60},
         "perplexity": {"enabled": False},
@@ -81,7 +82,9 @@ def test_each_phase_is_packed_on_its_own_and_meets_its_targets(phased):
         assert p["num_samples"] == p["tokens_sampled"] // WINDOW
         assert p["tokens_dropped_tail"] == p["tokens_sampled"] % WINDOW
         assert p["tokens_sampled"] == facts[p["name"]]["realized_tokens"]
-        assert abs(p["tokens_sampled"] - p["token_budget"]) < 0.05 * p["token_budget"]  # whole documents
+        # whole documents: a source lands within half of its shortest untaken document of its
+        # target (man pages ~1-2k tokens, Debian Reference pages ~1-6k here)
+        assert abs(p["tokens_sampled"] - p["token_budget"]) < 1_000
         weights = MAIN if p["name"] == "main" else ANNEAL
         for src, w in weights.items():
             assert facts[p["name"]]["per_source"][src]["target_share"] == pytest.approx(w)
