@@ -359,16 +359,11 @@ def lineage_for_step(
         raise ValueError(f"step must be an int >= 0, got {step!r}")
     if num_samples < global_batch:  # the loader refuses such a version too
         raise ValueError(f"{version_dir}: {num_samples} samples hold no complete global batch of {global_batch}")
-    try:
-        stream = Stream.of(manifest, global_batch, seed if isinstance(seed, int) and seed >= 0 else 0,
-                           first_position=consumed_samples if isinstance(consumed_samples, int)
-                           and consumed_samples >= 0 else 0)
-    except ValueError as exc:
-        raise ValueError(f"{version_dir}: {exc}") from None
     check_int("around", around, 0)
     check_int("seed", seed, 0)
     if consumed_samples is not None:
         check_int("consumed_samples", consumed_samples, 0)
+    stream = _stream(version_dir, manifest, global_batch, seed, consumed_samples or 0)
     first_step, last_step = max(0, step - around), step + around
     if consumed_samples is not None:
         first_step = max(first_step, step - consumed_samples // global_batch)
@@ -419,6 +414,16 @@ def lineage_for_step(
     return records
 
 
+def _stream(version_dir: Path, manifest: dict[str, Any], global_batch: int, seed: int,
+            first_position: int = 0) -> Stream:
+    """:meth:`Stream.of` with the version named in its ``ValueError`` (a phase
+    smaller than the global batch)."""
+    try:
+        return Stream.of(manifest, global_batch, seed, first_position)
+    except ValueError as exc:
+        raise ValueError(f"{version_dir}: {exc}") from None
+
+
 def lineage_for_document(
     version_dir: str | Path,
     doc_id: str,
@@ -458,7 +463,7 @@ def lineage_for_document(
         raise ValueError(f"num_epochs must be <= {MAX_LOOKUP_EPOCHS}, got {num_epochs}")
     check_int("seed", seed, 0)
     manifest = load_manifest(version_dir, check_samples=True)
-    stream = Stream.of(manifest, global_batch, seed)
+    stream = _stream(version_dir, manifest, global_batch, seed)
     phase_names = [p.get("name") for p in stream.phases]
     segments = read_document_segments(version_dir, doc_id, manifest)
     pieces = []
